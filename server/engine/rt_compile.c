@@ -82,7 +82,9 @@ struct rt__cc {
     int n_graph_nodes;
     int out;           /* the output entry, as named */
     int out_e, loss_e; /* what the output and the loss read after fusion */
-    int mask_e;        /* the loss mask's entry (rt_graph_set_loss_mask), or -1 */
+    /* each output's loss mask entry (rt_graph_set_loss_masks; [0] for
+     * one output), or -1 */
+    int mask_e[RT_MAX_HEADS];
     unsigned *need_dx; /* per plan node: inputs that get a gradient */
     uint64_t flops;
     /* plan_memory */
@@ -920,16 +922,29 @@ static int rt__pass_infer_shapes(rt__cc *cc)
     }
     if ((rc = rt__check_prec(cc)) < 0 || (rc = rt__find_output(cc)) < 0)
         return rc;
-    cc->mask_e = -1;
-    if (cc->g->loss_mask) {
-        const int me = rt__names_get(&cc->names, cc->g->loss_mask);
+    const int nout = cc->g->n_heads ? cc->g->n_heads : 1;
+    if (cc->g->n_masks > nout)
+        return rt__cerr(cc, NULL, RT_EGRAPH, "%d loss masks for a model of %d output%s",
+                        cc->g->n_masks, nout, nout > 1 ? "s" : "");
+    for (int k = 0; k < RT_MAX_HEADS; k++) {
+        const char *mn = k < cc->g->n_masks ? cc->g->loss_mask[k] : NULL;
+        cc->mask_e[k] = -1;
+        if (!mn)
+            continue;
+        if (cc->g->n_masks != nout)
+            return rt__cerr(cc, NULL, RT_EGRAPH,
+                            "%d loss mask%s for a model of %d outputs: give one per output "
+                            "(rt_graph_set_loss_masks, NULL where unmasked)",
+                            cc->g->n_masks, cc->g->n_masks > 1 ? "s" : "", nout);
+        const int me = rt__names_get(&cc->names, mn);
         if (me < 0 || cc->E[me].node < 0)
-            return rt__cerr(cc, NULL, RT_EGRAPH, "loss mask '%s' is not a node", cc->g->loss_mask);
-        cc->mask_e = me;
+            return rt__cerr(cc, NULL, RT_EGRAPH, "loss mask '%s' is not a node", mn);
+        cc->mask_e[k] = me;
+        cc->E[me].needed = 1;
     }
     for (int i = p->n_nodes - 1; i >= 0; i--) {
         const rt__node *nd = &p->nodes[i];
-        if (nd->id == cc->out || nd->id == cc->mask_e)
+        if (nd->id == cc->out)
             cc->E[nd->id].needed = 1;
         if (!cc->E[nd->id].needed)
             continue;
@@ -1351,24 +1366,36 @@ static int rt__pass_fuse(rt__cc *cc)
     const int sm = ce && !on->fused && be->kernel(be->context, on->op, &rt__op_crossentropy);
     cc->loss_e = sm ? on->in[0] : cc->out_e;
     int rc = rt__setup_loss(cc, sm);
-    if (rc < 0 || cc->mask_e < 0)
+    if (rc < 0)
         return rc;
-    /* the per-step loss mask: one (B, rows) value for one Keras loss */
-    cc->mask_e = E[cc->mask_e].alias;
-    const rt__shape *ms = &cc->shape[cc->mask_e];
+    /* the per-step loss masks: a (B, rows) value per masked output, each
+     * over its output's rows (a Keras loss; the heads take only those) */
     const rt__lossinfo *L = &p->loss;
-    if (L->n_heads || RT_LOSS_IS_TORCH(L->kind))
-        return rt__cerr(cc, NULL, RT_EUNIMPLEMENTED,
-                        "a per-step loss mask ('%s') is supported for one output with a Keras "
-                        "loss",
-                        cc->g->loss_mask);
-    if (!ms->batched || rt__shape_numel(ms) != L->rows || L->lab_numel % L->rows != 0)
-        return rt__cerr(cc, NULL, RT_ESHAPE,
-                        "loss mask '%s' has %lld values per sample; the output has %lld rows "
-                        "(and the labels %lld values)",
-                        cc->g->loss_mask, (long long)rt__shape_numel(ms), (long long)L->rows,
-                        (long long)L->lab_numel);
-    p->has_loss_mask = 1;
+    for (int k = 0; k < RT_MAX_HEADS; k++) {
+        if (cc->mask_e[k] < 0)
+            continue;
+        const char *mn = cc->g->loss_mask[k];
+        const rt__lossinfo *H = L->n_heads ? &L->head[k] : L;
+        /* a PyTorch loss (one output): its elementwise form over the kept
+         * rows; the class-index losses read PyTorch's class axis (dim 1),
+         * not the rows of the last axis a mask keeps */
+        if (L->kind == RT_LOSS_CROSS_ENTROPY || L->kind == RT_LOSS_NLL)
+            return rt__cerr(cc, NULL, RT_EUNIMPLEMENTED,
+                            "a per-step loss mask ('%s') keeps rows of the output's last axis; "
+                            "%s reads its classes on dim 1 (use a Keras loss such as "
+                            "sparse_categorical_crossentropy)",
+                            mn, rt_loss_name(L->kind));
+        cc->mask_e[k] = E[cc->mask_e[k]].alias;
+        const rt__shape *ms = &cc->shape[cc->mask_e[k]];
+        if (!ms->batched || rt__shape_numel(ms) != H->rows || H->lab_numel % H->rows != 0)
+            return rt__cerr(cc, NULL, RT_ESHAPE,
+                            "loss mask '%s' has %lld values per sample; the output%s%s%s has "
+                            "%lld rows (and the labels %lld values)",
+                            mn, (long long)rt__shape_numel(ms), L->n_heads ? " '" : "",
+                            L->n_heads ? cc->g->heads[k] : "", L->n_heads ? "'" : "",
+                            (long long)H->rows, (long long)H->lab_numel);
+        p->has_loss_mask |= 1u << k;
+    }
     return 0;
 }
 
@@ -1603,8 +1630,9 @@ static void rt__make_buffers(rt__cc *cc, int *x_buf, int *lab_buf)
     }
     rt__extend(cc, E[cc->out_e].val_buf, t_loss);
     rt__extend(cc, E[cc->loss_e].val_buf, t_loss);
-    if (cc->mask_e >= 0)
-        rt__extend(cc, E[cc->mask_e].val_buf, t_loss);
+    for (int k = 0; k < RT_MAX_HEADS; k++)
+        if (cc->mask_e[k] >= 0)
+            rt__extend(cc, E[cc->mask_e[k]].val_buf, t_loss);
     if (E[cc->loss_e].rg)
         E[cc->loss_e].grad_buf = rt__newbuf(cc, cc->bufs[E[cc->loss_e].val_buf].size, t_loss);
     for (int ci = m; ci < m + p->n_bwd; ci++) {
@@ -1701,8 +1729,9 @@ static int rt__pass_plan_memory(rt__cc *cc)
     p->out_val = RT__AREF(cc, E[cc->out_e].val_buf);
     p->out_grad = E[cc->out_e].grad_buf >= 0 ? RT__AREF(cc, E[cc->out_e].grad_buf) : (rt__ref){0};
     p->loss_in = RT__AREF(cc, E[cc->loss_e].val_buf);
-    if (p->has_loss_mask)
-        p->loss_mask = RT__AREF(cc, E[cc->mask_e].val_buf);
+    for (int k = 0; k < RT_MAX_HEADS; k++)
+        if (p->has_loss_mask >> k & 1)
+            p->loss_mask[k] = RT__AREF(cc, E[cc->mask_e[k]].val_buf);
     p->loss_grad = E[cc->loss_e].grad_written && E[cc->loss_e].grad_buf >= 0
                        ? RT__AREF(cc, E[cc->loss_e].grad_buf)
                        : (rt__ref){0};

@@ -185,7 +185,11 @@ int rt_graph_set_output(rt_graph *g, const char *name);
  * and 0 dropping it. The loss and its gradient then count only the kept
  * rows, as Keras masks a loss: sum(w l m) / sum(m) over the batch, w the
  * sample weight (keras/src/losses/loss.py apply_mask); the metrics are
- * taken over the kept rows too. One output, Keras losses only. */
+ * taken over the kept rows too. A PyTorch loss (PyTorch has no implicit
+ * mask; a Keras model's can meet one compiled by name) runs its elementwise
+ * form over the kept rows: "mean" divides by the kept rows' values, "sum"
+ * sums them; cross_entropy and nll_loss, whose classes are dim 1, are
+ * refused. Several outputs: rt_graph_set_loss_masks. */
 int rt_graph_set_loss_mask(rt_graph *g, const char *name);
 
 /* Several outputs (Keras multi-output models): the graph's output becomes
@@ -199,6 +203,14 @@ int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n);
  * rt_plan_head_name and the per-output metrics carry them. Default: the
  * nodes' names. */
 int rt_graph_name_outputs(rt_graph *g, const char *const *names, int n);
+/* Each output's own loss mask (Keras masks each output's loss with that
+ * output's mask, keras/src/trainers/compile_utils.py CompileLoss): names[k]
+ * is output k's (B, rows) mask as rt_graph_set_loss_mask's, or NULL (or
+ * "") for an output whose loss is not masked; n is the outputs' count
+ * (rt_graph_set_outputs), or 1 for a graph of one output (the same as
+ * rt_graph_set_loss_mask). Each masked output's loss is its mean over its
+ * own kept rows; the loss weights then sum the outputs' losses. */
+int rt_graph_set_loss_masks(rt_graph *g, const char *const *names, int n);
 
 /*
  * Ops (names are case-sensitive; rt_engine_op_names lists them):

@@ -163,9 +163,11 @@ struct rt_graph {
     rt__arena arena;
     rt__entry *e;
     int n, cap;
-    const char *output;    /* NULL: the last node */
-    const char *loss_mask; /* rt_graph_set_loss_mask, or NULL */
-    int n_heads;           /* rt_graph_set_outputs: the heads' nodes */
+    const char *output; /* NULL: the last node */
+    /* rt_graph_set_loss_mask(s): n_masks names, each a node or NULL */
+    const char *loss_mask[RT_MAX_HEADS];
+    int n_masks;
+    int n_heads; /* rt_graph_set_outputs: the heads' nodes */
     const char *heads[RT_MAX_HEADS];
     const char *head_label[RT_MAX_HEADS]; /* rt_graph_name_outputs, or NULL */
     char err[RT__ERRLEN];
@@ -749,8 +751,10 @@ struct rt_plan {
     rt__ref x_buf, lab_buf, out_val, out_grad;
     rt__ref loss_in, loss_grad; /* what the loss reads and writes: the
                                     output, or the logits under a fused Softmax */
-    int has_loss_mask;          /* rt_graph_set_loss_mask: (B, rows) at loss_mask */
-    rt__ref loss_mask;
+    /* rt_graph_set_loss_mask(s): bit k set when output k (0: the one
+     * output) has its loss masked by the (B, rows) value at loss_mask[k] */
+    unsigned has_loss_mask;
+    rt__ref loss_mask[RT_MAX_HEADS];
     uint64_t arena_bytes;
     int64_t gemm_scratch_floats;
     rt__lossinfo loss;

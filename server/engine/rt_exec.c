@@ -73,15 +73,18 @@ struct rt_exec {
      * once at its start, so a change applies at the next step boundary. */
     float lr_set;
     float *swb; /* the batch's sample weights (batch_size floats) */
-    /* a per-step loss mask (rt_plan.has_loss_mask): the batch's kept rows
-     * of the loss input and labels, packed (backend memory, host-visible),
-     * their gradient and sample weights, and how many (mk_n); mk_L is the
-     * loss over such rows (one row a sample) */
-    const float *mk;
+    /* per-step loss masks (rt_plan.has_loss_mask): one output's, or each
+     * head's (mk[k], NULL for an unmasked head). The loss runs part by
+     * part (the output, or each head): a masked part's kept rows of the
+     * loss input and labels, an unmasked head's samples, packed (backend
+     * memory, host-visible), their gradient and sample weights, and how
+     * many (mk_n, the last part's); mk_L[k] is part k's loss over them (a
+     * masked part's: one row a sample) */
+    const float *mk[RT_MAX_HEADS];
     float *mk_y, *mk_dy, *mk_sw;
     void *mk_lab;
     int64_t mk_n;
-    rt__lossinfo mk_L;
+    rt__lossinfo mk_L[RT_MAX_HEADS];
     rt_aug_draw *augd;       /* the batch's augmentation draws (batch_size) */
     const float *checked_sw; /* sample weights already checked, as checked_y */
     int64_t checked_sw_n;
@@ -448,6 +451,10 @@ int rt_exec_check_stateful_n(rt_exec *e, int64_t n)
     return 0;
 }
 
+/* the loss parts under loss masks (rt__masked_loss): the one output, or
+ * each head */
+static int rt__mk_parts(const rt_plan *p) { return p->loss.n_heads ? p->loss.n_heads : 1; }
+
 int rt_exec_create(rt_plan *p, rt_exec **out)
 {
     if (!out)
@@ -482,14 +489,22 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->augd = malloc(sizeof *e->augd * (size_t)p->cfg.batch_size);
     if (p->has_loss_mask) {
         const int64_t B = p->cfg.batch_size;
+        int64_t rows = 1;
+        for (int k = 0; k < rt__mk_parts(p); k++) {
+            const rt__lossinfo *H = p->loss.n_heads ? &p->loss.head[k] : &p->loss;
+            rt__lossinfo *P = &e->mk_L[k];
+            *P = *H;
+            if (!(p->has_loss_mask >> k & 1))
+                continue;
+            P->rows = 1;
+            P->out_numel = H->classes;
+            P->lab_numel = H->lab_numel / H->rows;
+            rows = H->rows > rows ? H->rows : rows;
+        }
         e->mk_y = be->alloc(bc, sizeof(float) * (size_t)(B * p->loss.out_numel));
         e->mk_dy = be->alloc(bc, sizeof(float) * (size_t)(B * p->loss.out_numel));
         e->mk_lab = be->alloc(bc, 4 * (size_t)(B * p->loss.lab_numel));
-        e->mk_sw = malloc(sizeof(float) * (size_t)(B * p->loss.rows));
-        e->mk_L = p->loss;
-        e->mk_L.rows = 1;
-        e->mk_L.out_numel = p->loss.classes;
-        e->mk_L.lab_numel = p->loss.lab_numel / p->loss.rows;
+        e->mk_sw = malloc(sizeof(float) * (size_t)(B * rows));
     }
     if (!e->block || !e->arena || !e->gemm_scratch || !e->loss_scratch || !e->k || !e->swb ||
         !e->augd || (p->loss.n_heads && !e->step_h) ||
@@ -540,10 +555,13 @@ int rt_exec_create(rt_plan *p, rt_exec **out)
     e->out = rt__resolve(e, p->out_val);
     e->lin = rt__resolve(e, p->loss_in);
     e->lgrad = rt__resolve(e, p->loss_grad);
+    int mk_host = 1;
+    for (int k = 0; k < RT_MAX_HEADS; k++)
+        if (p->has_loss_mask >> k & 1)
+            mk_host &= (e->mk[k] = rt__resolve(e, p->loss_mask[k])) && rt__hv(e, e->mk[k]);
     if (p->has_loss_mask) {
-        e->mk = rt__resolve(e, p->loss_mask);
         /* the packing reads and writes in place */
-        if (!rt__hv(e, e->mk) || !rt__hv(e, e->lin) || !rt__hv(e, e->lb) ||
+        if (!mk_host || !rt__hv(e, e->lin) || !rt__hv(e, e->lb) ||
             (e->lgrad && !rt__hv(e, e->lgrad)) || !rt__hv(e, e->mk_y) || !rt__hv(e, e->mk_dy) ||
             !rt__hv(e, e->mk_lab)) {
             rt_exec_destroy(e);
@@ -854,50 +872,75 @@ static int rt__fill(rt_exec *e, const rt_data *d, int64_t epoch, int64_t pos, in
     return rt__scan_indices(e, e->xb_h, nb, 1);
 }
 
-/* A per-step loss mask: Keras' masked loss (keras/src/losses/loss.py,
+/* Per-step loss masks: Keras' masked loss (keras/src/losses/loss.py,
  * apply_mask with reduction "sum_over_batch_size": the mask scaled by
  * total / valid, so the batch loss is sum(w l m) / sum(m), w the sample
  * weight; Keras 2's weighted_masked_objective divides by mean(m) + eps
- * likewise). The kept rows are packed and the loss runs over them as
- * samples of one row: its mean over the kept rows is the batch loss, and
- * its gradient d/dy (w dl / valid) is scattered back, 0 on the masked rows.
- * A batch with no kept row has loss 0 and no gradient, as Keras' 0 / eps.
- * The sums are per sample of the batch (nb times the batch's value), as
- * the unmasked loss adds them. */
+ * likewise), per output: Keras' CompileLoss runs each output's loss with
+ * that output's own mask, then sums them times the loss weights
+ * (keras/src/trainers/compile_utils.py). The loss runs part by part, the
+ * one output or each head: rt__mk_move packs a masked part's kept rows as
+ * samples of one row (mk_L[k]), an unmasked head's samples whole, and the
+ * loss's mean over them is the part's batch loss; its gradient
+ * d/dy (w dl / valid) is scattered back times the head's weight, 0 on the
+ * masked rows. A part with no kept row has loss 0 and no gradient, as
+ * Keras' 0 / eps. The sums are per sample of the batch (nb times the
+ * batch's value), as the unmasked loss adds them. */
+
+/* g NULL: part k of the batch packed into mk_y, mk_lab and mk_sw; else
+ * its gradient (mk_dy) times w scattered back into g. The rows it moves. */
+static int64_t rt__mk_move(rt_exec *e, int k, int64_t nb, int weighted, float *g, float w)
+{
+    const rt__lossinfo *L = &e->p->loss, *H = L->n_heads ? &L->head[k] : L;
+    const int64_t O = L->out_numel, LN = L->lab_numel;
+    const int64_t off = L->n_heads ? L->out_off[k] : 0, loff = L->n_heads ? L->lab_off[k] : 0;
+    const float *y = rt__hv(e, e->lin), *cd = rt__hv(e, e->mk_dy);
+    const char *lab = rt__hv(e, e->lb);
+    float *cy = rt__hv(e, e->mk_y);
+    char *cl = rt__hv(e, e->mk_lab);
+    const float *m = e->mk[k];
+    /* an unmasked head: a sample is a row of all its values */
+    const int64_t R = m ? H->rows : 1, C = m ? H->classes : H->out_numel,
+                  lr = m ? e->mk_L[k].lab_numel : H->lab_numel;
+    int64_t v = 0;
+    for (int64_t r = 0; r < nb * R; r++) {
+        if (m && m[r] == 0.0f)
+            continue;
+        const int64_t i = r / R, at = i * O + off + (r % R) * C;
+        if (g) {
+            for (int64_t j = 0; j < C; j++)
+                g[at + j] = w * cd[v * C + j];
+            v++;
+            continue;
+        }
+        memcpy(cy + v * C, y + at, sizeof(float) * (size_t)C);
+        memcpy(cl + 4 * v * lr, lab + 4 * (i * LN + loff + (r % R) * lr), 4 * (size_t)lr);
+        e->mk_sw[v++] = weighted ? e->swb[i] : 1.0f;
+    }
+    return v;
+}
+
 static void rt__masked_loss(rt_exec *e, int64_t nb, int weighted, double *loss_sum, double *acc_sum,
                             int grad)
 {
     const rt__lossinfo *L = &e->p->loss;
-    const int64_t R = L->rows, C = L->classes, lr = e->mk_L.lab_numel;
-    const float *m = rt__hv(e, e->mk), *y = rt__hv(e, e->lin);
-    const char *lab = rt__hv(e, e->lb);
-    float *cy = rt__hv(e, e->mk_y);
-    char *cl = rt__hv(e, e->mk_lab);
-    int64_t v = 0;
-    for (int64_t r = 0; r < nb * R; r++) {
-        if (m[r] == 0.0f)
-            continue;
-        memcpy(cy + v * C, y + r * C, sizeof(float) * (size_t)C);
-        memcpy(cl + 4 * v * lr, lab + 4 * r * lr, 4 * (size_t)lr);
-        e->mk_sw[v++] = weighted ? e->swb[r / R] : 1.0f;
-    }
-    e->mk_n = v;
     float *g = grad && e->lgrad ? rt__hv(e, e->lgrad) : NULL;
     if (g)
-        memset(g, 0, sizeof(float) * (size_t)(nb * R * C));
-    if (v == 0)
-        return;
-    double ls = 0, as = 0;
-    e->be->loss(e->be->context, &e->mk_L, e->mk_y, e->mk_lab, v, weighted ? e->mk_sw : NULL,
-                g ? e->mk_dy : NULL, &ls, &as, e->loss_scratch);
-    *loss_sum += (double)nb * ls / (double)v;
-    *acc_sum += (double)nb * as / (double)v;
-    if (!g)
-        return;
-    const float *cd = rt__hv(e, e->mk_dy);
-    for (int64_t r = 0, k = 0; r < nb * R; r++)
-        if (m[r] != 0.0f)
-            memcpy(g + r * C, cd + (k++) * C, sizeof(float) * (size_t)C);
+        memset(g, 0, sizeof(float) * (size_t)(nb * L->out_numel));
+    for (int k = 0; k < rt__mk_parts(e->p); k++) {
+        const int64_t v = e->mk_n = rt__mk_move(e, k, nb, weighted, NULL, 0);
+        if (v == 0)
+            continue;
+        double ls = 0, as = 0;
+        e->be->loss(e->be->context, &e->mk_L[k], e->mk_y, e->mk_lab, v, weighted ? e->mk_sw : NULL,
+                    g ? e->mk_dy : NULL, &ls, &as, e->loss_scratch);
+        const float w = L->n_heads ? L->weight[k] : 1.0f;
+        *loss_sum += (double)w * (double)nb * ls / (double)v;
+        if (!L->n_heads)
+            *acc_sum += (double)nb * as / (double)v;
+        if (g)
+            rt__mk_move(e, k, nb, weighted, g, w);
+    }
 }
 
 /* the batch's metrics beyond loss and accuracy into a (under a loss mask:
@@ -908,7 +951,7 @@ static void rt__metrics(rt_exec *e, uint32_t mets, int64_t nb, rt__macc *a)
     if (!e->p->has_loss_mask)
         e->be->metrics(e->be->context, &e->p->loss, mets, e->lin, e->lb, nb, a);
     else if (e->mk_n > 0)
-        e->be->metrics(e->be->context, &e->mk_L, mets, e->mk_y, e->mk_lab, e->mk_n, a);
+        e->be->metrics(e->be->context, &e->mk_L[0], mets, e->mk_y, e->mk_lab, e->mk_n, a);
 }
 
 /* the batch's loss: plain, or weighted by the batch's sample weights (swb) */
@@ -930,6 +973,22 @@ static void rt__heads(rt_exec *e, int64_t nb, int weighted, rt__hacc *h)
     uint32_t mets[RT_MAX_HEADS];
     for (int k = 0; k < p->loss.n_heads; k++)
         mets[k] = p->cfg.heads[k].metrics;
+    /* under loss masks each head as its loss runs (rt__masked_loss): a
+     * masked head's loss, accuracy and metrics over its kept rows */
+    for (int k = 0; p->has_loss_mask && k < p->loss.n_heads; k++) {
+        const int64_t v = rt__mk_move(e, k, nb, weighted, NULL, 0);
+        if (v == 0)
+            continue;
+        double ls = 0, as = 0;
+        e->be->loss(e->be->context, &e->mk_L[k], e->mk_y, e->mk_lab, v, weighted ? e->mk_sw : NULL,
+                    NULL, &ls, &as, e->loss_scratch);
+        h->loss[k] += (double)nb * ls / (double)v;
+        h->acc[k] += (double)nb * as / (double)v;
+        if (mets[k] & ~RT_METRIC_ACCURACY)
+            e->be->metrics(e->be->context, &e->mk_L[k], mets[k], e->mk_y, e->mk_lab, v, &h->m[k]);
+    }
+    if (p->has_loss_mask)
+        return;
     e->be->heads(e->be->context, &p->loss, mets, e->lin, e->lb, nb, weighted ? e->swb : NULL, h,
                  e->loss_scratch);
 }

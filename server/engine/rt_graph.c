@@ -398,7 +398,24 @@ int rt_graph_set_output(rt_graph *g, const char *name)
 
 int rt_graph_set_loss_mask(rt_graph *g, const char *name)
 {
-    return g ? rt__set_name(g, &g->loss_mask, name, "loss mask") : RT_EINVAL;
+    return rt_graph_set_loss_masks(g, &name, 1);
+}
+
+int rt_graph_set_loss_masks(rt_graph *g, const char *const *names, int n)
+{
+    if (!g)
+        return RT_EINVAL;
+    if (!names || n < 1 || n > RT_MAX_HEADS)
+        return rt__gerr(g, RT_EINVAL, "loss masks: 1 to %d names", RT_MAX_HEADS);
+    const char *kept[RT_MAX_HEADS] = {0};
+    for (int k = 0; k < n; k++) {
+        int rc;
+        if (names[k] && *names[k] && (rc = rt__set_name(g, &kept[k], names[k], "loss mask")) < 0)
+            return rc;
+    }
+    memcpy(g->loss_mask, kept, sizeof kept);
+    g->n_masks = n;
+    return 0;
 }
 
 int rt_graph_set_outputs(rt_graph *g, const char *const *names, int n)

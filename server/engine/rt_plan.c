@@ -199,7 +199,9 @@ int rt_plan_key(const rt_graph *g, const rt_train_config *c, uint8_t key[16])
         }
     }
     rt__hs(s, g->output);
-    rt__hs(s, g->loss_mask ? g->loss_mask : "");
+    rt__hs(s, g->loss_mask[0] ? g->loss_mask[0] : "");
+    for (int k = 1; k < g->n_masks; k++)
+        rt__hs(s, g->loss_mask[k] ? g->loss_mask[k] : "");
     rt__hi(s, g->n_heads);
     for (int k = 0; k < g->n_heads; k++)
         rt__hs(s, g->heads[k]);

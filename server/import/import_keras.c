@@ -3131,18 +3131,6 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
     if (rc == 0 && !m->n_outs)
         m->outs[0] = res;
     const int n_outs = m->n_outs ? m->n_outs : 1;
-    /* a step mask reaching the output: Keras masks the loss per step
-     * (rt_graph_set_loss_mask; one output) */
-    for (int k = 0; k < n_outs && rc == 0 && n_outs > 1; k++) {
-        if (m->outs[k].mask[0] && !m->outs[k].poisoned) {
-            char msg[360];
-            snprintf(msg, sizeof msg,
-                     "the model output '%.64s' carries the step mask '%.64s': Keras would "
-                     "mask its loss with it, which is supported for a model of one output",
-                     m->outs[k].name, m->outs[k].mask);
-            add_problem(m, RT_EUNIMPLEMENTED, msg);
-        }
-    }
     if (rc == 0 && m->n_prob)
         rc = report_problems(m);
     if (rc == 0)
@@ -3153,14 +3141,19 @@ int rt_keras_import_bind(const char *json, size_t len, const int64_t *dims, int 
         rc = lay_to_plain(m, m->outs[k].name, k, &m->outs[k]);
         heads[k] = m->outs[k].name;
     }
-    const char *labels[RT_MAX_HEADS];
-    for (int k = 0; k < n_outs; k++)
+    /* a step mask reaching an output: Keras masks that output's loss per
+     * step with it (rt_graph_set_loss_masks, each output its own) */
+    const char *labels[RT_MAX_HEADS], *masks[RT_MAX_HEADS];
+    int n_masks = 0;
+    for (int k = 0; k < n_outs; k++) {
         labels[k] = m->out_layer[k];
-    if (rc == 0 && (n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
-                                     rt_graph_name_outputs(m->g, labels, n_outs) < 0
-                               : rt_graph_set_output(m->g, m->outs[0].name) < 0 ||
-                                     (m->outs[0].mask[0] &&
-                                      rt_graph_set_loss_mask(m->g, m->outs[0].mask) < 0)))
+        masks[k] = m->outs[k].mask[0] ? m->outs[k].mask : NULL;
+        n_masks += masks[k] != NULL;
+    }
+    if (rc == 0 && ((n_outs > 1 ? rt_graph_set_outputs(m->g, heads, n_outs) < 0 ||
+                                      rt_graph_name_outputs(m->g, labels, n_outs) < 0
+                                : rt_graph_set_output(m->g, m->outs[0].name) < 0) ||
+                    (n_masks && rt_graph_set_loss_masks(m->g, masks, n_outs) < 0)))
         rc = ifail(m, RT_EGRAPH, "%s", rt_graph_errmsg(m->g));
 out:
     json_object_put(doc);

@@ -15,6 +15,8 @@
  * same without sample weights. Transcribed here in double from the
  * predictions; the gradient passes finite differences, labels at masked
  * steps change nothing, accuracy and mae count the kept steps only.
+ * PyTorch's mse_loss given to such a model: its mean over the kept steps'
+ * values; cross_entropy (classes on dim 1) is refused.
  */
 #include <math.h>
 #include <stdint.h>
@@ -169,6 +171,41 @@ static void masked_loss(void)
     CHECK(m.n_values == 1 && fabs(m.values[0] - ae / msum) < 1e-5 * (ae / msum));
     rt_test_fd_param(e, &dm, 4, dk, 0, 1e-4, "masked mse");
     rt_exec_destroy(e);
+    /* PyTorch's mse_loss (elementwise) under the mask: its "mean" over the
+     * kept steps' values, sum(d^2 m) / (sum(m) C), as torch's
+     * F.mse_loss(y[m], t[m]) */
+    e = ner_exec(RT_LOSS_MSE_TORCH, 0);
+    CHECK_RC(rt_exec_predict(e, x, 4, p));
+    se = 0;
+    for (int r = 0; r < 20; r++)
+        for (int j = 0; j < 3 && x[r] != 0; j++) {
+            const double df = (double)p[r * 3 + j] - yo[r * 3 + j];
+            se += df * df;
+        }
+    CHECK_RC(rt_exec_compute_grads(e, &dm, 4, &loss));
+    CHECK(fabs(loss - se / (msum * 3)) < 1e-5 * (se / (msum * 3)));
+    rt_test_fd_param(e, &dm, 4, dk, 0, 1e-4, "masked mse_loss");
+    rt_exec_destroy(e);
+    /* cross_entropy reads its classes on dim 1, not the rows a mask keeps */
+    rt_graph *g = NULL;
+    char err[1024];
+    REQUIRE(rt_keras_import(ner, strlen(ner), &g, err, sizeof err) == 0);
+    rt_train_config cfg;
+    rt_train_config_init(&cfg);
+    cfg.loss = RT_LOSS_CROSS_ENTROPY;
+    cfg.label_dtype = RT_I32;
+    cfg.label_ndim = 1;
+    cfg.label_dims[0] = 3;
+    cfg.batch_size = 4;
+    cfg.loss_check = 0;
+    rt_plan *pl = NULL;
+    err[0] = 0;
+    CHECK(rt_plan_compile(g, &cfg, &pl, NULL, err, sizeof err) == RT_EUNIMPLEMENTED && !pl);
+    if (!strstr(err, "cross_entropy reads its classes on dim 1")) {
+        fprintf(stderr, "cross_entropy under a mask: '%s'\n", err);
+        rt_test_failures++;
+    }
+    rt_graph_destroy(g);
 }
 
 int main(void)
