@@ -1499,7 +1499,12 @@ static int rt__bf16_storage(rt__cc *cc)
     for (int i = 0; i < m; i++) {
         rt__node *nd = &p->nodes[i];
         io[i] = nd->prec == RT_PREC_BF16 ? be->bf16_io(be->context, nd) : 0;
-        nd->bf16_out = (io[i] & RT__BF16_OUT) && nd->id != cc->out_e && nd->id != cc->loss_e;
+        /* exec reads the output, the loss's input and the loss masks as
+         * float32 */
+        int exec_reads = nd->id == cc->out_e || nd->id == cc->loss_e;
+        for (int k = 0; k < RT_MAX_HEADS; k++)
+            exec_reads |= nd->id == cc->mask_e[k];
+        nd->bf16_out = (io[i] & RT__BF16_OUT) && !exec_reads;
         nd->bf16_in = 0;
     }
     for (int i = 0; i < m; i++) {
