@@ -699,7 +699,7 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
     if (cnn_bn) /* BatchNorm, the activations, Pad, AvgPool2D, Flatten */
         want = rt_kern_bf16_act_store ? 16u : 5u;
     if (cnn_bin) /* every node but the Softmax; ref's MaxPool2D apart */
-        want = rt_kern_bf16_act_store ? 9u + !strcmp(be, "ref") : 3u;
+        want = rt_kern_bf16_act_store ? 10u + !strcmp(be, "ref") : 3u;
     CHECKF(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? want : 0u), "%s: %u bf16 ops, want %u", be, rt_plan_report(p)->n_bf16, prec == RT_PREC_BF16 ? want : 0u);
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
@@ -909,8 +909,8 @@ static rt_graph *joincnn(void)
  * over the image, a sample at a time); sub = mul - sb (sb a (16,)
  * parameter, unbatched: read float32); mx = Max(sub, mp) (of the
  * output's shape: widened chunks, x read in the backward); fl Flatten
- * -> fc (Dense 256 -> 4) -> Softmax. With bf16 storage every value from
- * c0 to fc's input is stored bf16. */
+ * -> dr Dropout(0.25) -> fc (Dense 256 -> 4) -> Softmax. With bf16
+ * storage every value from c0 to fc's input is stored bf16. */
 static rt_graph *bincnn(void)
 {
     rt_graph *g = rt_graph_create();
@@ -929,7 +929,8 @@ static rt_graph *bincnn(void)
     const char *c0[2] = {"x", "c0/k"}, *c1[2] = {"c0", "c1/k"}, *mp[1] = {"c1"};
     const char *gap[1] = {"mp"}, *rs[1] = {"gap"}, *mul[2] = {"mp", "rs"};
     const char *sub[2] = {"mul", "sb"}, *mx[2] = {"sub", "mp"}, *fl[1] = {"mx"};
-    const char *fc[3] = {"fl", "fc/w", "fc/b"}, *sm[1] = {"fc"};
+    const char *dr[1] = {"fl"}, *fc[3] = {"dr", "fc/w", "fc/b"}, *sm[1] = {"fc"};
+    const rt_attr rate = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.25f};
     REQUIRE(rt_graph_add_node(g, "c0", "Conv2D", 2, c0, 0, NULL) == 0);
     REQUIRE(rt_graph_add_node(g, "c1", "Conv2D", 2, c1, 2, relu) == 0);
     REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0);
@@ -939,6 +940,7 @@ static rt_graph *bincnn(void)
     REQUIRE(rt_graph_add_node(g, "sub", "Sub", 2, sub, 0, NULL) == 0);
     REQUIRE(rt_graph_add_node(g, "mx", "Max", 2, mx, 0, NULL) == 0);
     REQUIRE(rt_graph_add_node(g, "fl", "Flatten", 1, fl, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "dr", "Dropout", 1, dr, 1, &rate) == 0);
     REQUIRE(rt_graph_add_node(g, "fc", "Dense", 3, fc, 0, NULL) == 0);
     REQUIRE(rt_graph_add_node(g, "sm", "Softmax", 1, sm, 0, NULL) == 0);
     return g;
@@ -1123,8 +1125,8 @@ static void test_store_join(void)
     store_join = 0;
 }
 
-/* The binaries (broadcasting and not), Reshape, Flatten and a fused
- * Conv2D + MaxPool2D on bf16 values (bincnn): which nodes store bf16, the
+/* The binaries (broadcasting and not), Reshape, Flatten, Dropout and a
+ * fused Conv2D + MaxPool2D on bf16 values (bincnn): which nodes store bf16, the
  * arena, the gradients against ref's emulation and float32, and six SGD
  * steps over 40 samples (a last batch of 8) with the fused pair in chunks
  * of 3 samples (its last chunk past the batch: a copy of the stored
@@ -1140,13 +1142,13 @@ static void test_store_bin(void)
            (unsigned long long)a_on, (unsigned long long)a_off, (unsigned long long)a32);
     CHECK(a_on < a_off && a_on < a32);
     char op[48];
-    static const char *const bf16_nodes[] = {"c0",  "c1",  "gap", "rs", "mul",
-                                             "sub", "mx", "fl",  "fc"};
+    static const char *const bf16_nodes[] = {"c0",  "c1", "gap", "rs", "mul",
+                                             "sub", "mx", "fl",  "dr", "fc"};
     for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
         CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
     CHECK(prec_of(on, "mp", op, sizeof op) == -1); /* fused into c1 */
     CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
-    static const char *const f32_nodes[] = {"gap", "rs", "mul", "sub", "mx", "fl"};
+    static const char *const f32_nodes[] = {"gap", "rs", "mul", "sub", "mx", "fl", "dr"};
     for (size_t i = 0; i < sizeof f32_nodes / sizeof f32_nodes[0]; i++)
         CHECKF(prec_of(off, f32_nodes[i], op, sizeof op) == RT_PREC_F32, "%s", f32_nodes[i]);
     rt_plan_release(on);

@@ -83,6 +83,10 @@ void rt_kern_bf16_relu_fwd(const rt__kargs *a);
 void rt_kern_bf16_relu_bwd(const rt__kargs *a);
 void rt_kern_bf16_unary_fwd(const rt__kargs *a);
 void rt_kern_bf16_unary_bwd(const rt__kargs *a);
+/* Dropout, SpatialDropout, GaussianNoise, GaussianDropout (their float32
+ * backward reads dy only) */
+void rt_kern_bf16_dropout_fwd(const rt__kargs *a);
+int rt_kern_bf16_dropout_kind(const rt__op_def *op);
 /* Pad, MaxPool2D, AvgPool2D and GlobalAvgPool on values stored bf16:
  * their float32 kernels a sample at a time on widened copies
  * (rt_kern_bf16act.c) */

@@ -40,7 +40,7 @@ unsigned rt_kern_bf16_io(const rt__node *nd)
     const int smp = rt__bf16_sample_op(nd);
     if (!rt_kern_bf16_act_store)
         return op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
-                       op == &rt__op_kerasrelu || smp
+                       op == &rt__op_kerasrelu || rt_kern_bf16_dropout_kind(op) || smp
                    ? RT__BF16_STORE_ONLY
                    : 0u;
     if (smp)
@@ -58,9 +58,15 @@ unsigned rt_kern_bf16_io(const rt__node *nd)
     if (op == &rt__op_conv2d)
         return RT__BF16_IN(0) | RT__BF16_OUT;
     if (op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
-        op == &rt__op_kerasrelu)
+        op == &rt__op_kerasrelu || rt_kern_bf16_dropout_kind(op))
         return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
     return 0;
+}
+
+int rt_kern_bf16_dropout_kind(const rt__op_def *op)
+{
+    return op == &rt__op_dropout || op == &rt__op_spatialdropout || op == &rt__op_gaussiannoise ||
+           op == &rt__op_gaussiandropout;
 }
 
 /* The chunks of n values, each thread its own: x (float32 or bf16 by bit 0
@@ -132,6 +138,20 @@ void rt_kern_bf16_unary_fwd(const rt__kargs *a)
         const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
         float *y = rt__yc(a, i0, ty);
         rt_kern_unary_map(p, y, x, m);
+        rt__yput(a, i0, m, ty);
+    });
+}
+
+/* Dropout and its relatives: their forward on widened chunks (the mask
+ * is a function of each element's index); the backward reads dy only */
+void rt_kern_bf16_dropout_fwd(const rt__kargs *a)
+{
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int bx = (a->nd->bf16_in & 1u) != 0;
+    RT__CHUNKS(n, {
+        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
+        float *y = rt__yc(a, i0, ty);
+        rt_kern_dropout_map(a, y, x, i0, m);
         rt__yput(a, i0, m, ty);
     });
 }

@@ -141,6 +141,8 @@ void rt_kern_copy_bwd(const rt__kargs *a);
  * come from the counter RNG keyed by (seed, node, step, element), so
  * backward recomputes them instead of storing. */
 void rt_kern_dropout_fwd(const rt__kargs *a);
+/* the forward on elements i0 .. i0+m of the batch: y from x (m values) */
+void rt_kern_dropout_map(const rt__kargs *a, float *y, const float *x, int64_t i0, int64_t m);
 void rt_kern_dropout_bwd(const rt__kargs *a);
 void rt_kern_actreg_fwd(const rt__kargs *a);
 void rt_kern_actreg_bwd(const rt__kargs *a);

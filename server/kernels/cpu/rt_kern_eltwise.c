@@ -362,22 +362,25 @@ static inline float rt__drop_factor(const rt__kargs *a, const rt__dropout_params
     }
 }
 
-void rt_kern_dropout_fwd(const rt__kargs *a)
+void rt_kern_dropout_map(const rt__kargs *a, float *restrict y, const float *restrict x, int64_t i0,
+                         int64_t m)
 {
-    int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const rt__dropout_params *p = rt__dropout_cp(a->nd);
     if (!a->r->training || p->rate == 0.0) {
-        memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
+        memcpy(y, x, sizeof(float) * (size_t)m);
         return;
     }
-    const float *restrict x = a->x[0];
-    float *restrict y = a->y;
     if (p->mode == RT__DROP_NOISE)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] + rt__drop_factor(a, p, i);
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x[i] + rt__drop_factor(a, p, i0 + i);
     else
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] * rt__drop_factor(a, p, i);
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x[i] * rt__drop_factor(a, p, i0 + i);
+}
+
+void rt_kern_dropout_fwd(const rt__kargs *a)
+{
+    rt_kern_dropout_map(a, a->y, a->x[0], 0, rt__numel_n(&a->nd->out, a->r->n));
 }
 
 void rt_kern_dropout_bwd(const rt__kargs *a)
