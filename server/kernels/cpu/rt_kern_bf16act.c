@@ -95,16 +95,26 @@ static inline void rt__yput(const rt__kargs *a, int64_t i0, int64_t m, const flo
         rt_kern_to_bf16_serial((uint16_t *)a->y + i0, ty, m);
 }
 
+/* A forward of one input, elementwise: on each chunk, x (widened or
+ * read) and y (where the body writes it), the body, y's store (n: the
+ * name RT__CHUNKS's pragma reads) */
+#define RT__MAP_FWD(a, ...)                                              \
+    do {                                                                 \
+        const int64_t n = rt__numel_n(&(a)->nd->out, (a)->r->n);         \
+        const int bx_ = ((a)->nd->bf16_in & 1u) != 0;                    \
+        RT__CHUNKS(n, {                                                  \
+            const float *x = rt_kern_bf16_ld((a)->x[0], bx_, i0, m, tx); \
+            float *y = rt__yc((a), i0, ty);                              \
+            __VA_ARGS__;                                                 \
+            rt__yput((a), i0, m, ty);                                    \
+        });                                                              \
+    } while (0)
+
 void rt_kern_bf16_relu_fwd(const rt__kargs *a)
 {
-    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const int bx = (a->nd->bf16_in & 1u) != 0;
-    RT__CHUNKS(n, {
-        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
-        float *y = rt__yc(a, i0, ty);
+    RT__MAP_FWD(a, {
         memcpy(y, x, sizeof(float) * (size_t)m);
         rt_kern_act_fwd(RT__ACT_RELU, y, m);
-        rt__yput(a, i0, m, ty);
     });
 }
 
@@ -132,28 +142,14 @@ void rt_kern_bf16_relu_bwd(const rt__kargs *a)
 void rt_kern_bf16_unary_fwd(const rt__kargs *a)
 {
     const rt__unary_params *p = rt__unary_cp(a->nd);
-    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const int bx = (a->nd->bf16_in & 1u) != 0;
-    RT__CHUNKS(n, {
-        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
-        float *y = rt__yc(a, i0, ty);
-        rt_kern_unary_map(p, y, x, m);
-        rt__yput(a, i0, m, ty);
-    });
+    RT__MAP_FWD(a, rt_kern_unary_map(p, y, x, m));
 }
 
 /* Dropout and its relatives: their forward on widened chunks (the mask
  * is a function of each element's index); the backward reads dy only */
 void rt_kern_bf16_dropout_fwd(const rt__kargs *a)
 {
-    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const int bx = (a->nd->bf16_in & 1u) != 0;
-    RT__CHUNKS(n, {
-        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
-        float *y = rt__yc(a, i0, ty);
-        rt_kern_dropout_map(a, y, x, i0, m);
-        rt__yput(a, i0, m, ty);
-    });
+    RT__MAP_FWD(a, rt_kern_dropout_map(a, y, x, i0, m));
 }
 
 /* dx (+)= dy * f'(x) */
