@@ -1068,6 +1068,9 @@ static const rt__kernel rt__bf16_table[] = {
      * only where compile stores their input or output bf16 */
     {&rt__op_batchnorm, NULL, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
      rt_kern_batchnorm_prepare},
+    /* BatchNorm + Relu in one pass each way (rt_kern_norm.c) */
+    {&rt__op_batchnorm, &rt__op_relu, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
+     rt_kern_batchnorm_prepare},
     {&rt__op_relu, NULL, rt_kern_bf16_relu_fwd, rt_kern_bf16_relu_bwd, NULL, NULL},
     {&rt__op_clip, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
     {&rt__op_kerasrelu, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},

@@ -342,20 +342,21 @@ void rt_kern_bf16_bin_fwd(const rt__kargs *a)
     });
 }
 
-/* dx_k (+)= d op / d x_k * dy: flat on widened chunks; broadcasting, Add
- * and Sub (which read only dy) the float32 kernel over the batch, the
- * others a sample at a time on widened x: the batched inputs' gradients
- * in parallel, then an unbatched one's summed over the samples in order
- * (the float32 kernel's order) */
+/* dx_k (+)= d op / d x_k * dy: Add and Sub (which read only dy) their
+ * float32 kernel over the batch; the others on widened chunks, or
+ * broadcasting a sample at a time on widened x: the batched inputs'
+ * gradients in parallel, then an unbatched one's summed over the samples
+ * in order (the float32 kernel's order) */
 void rt_kern_bf16_bin_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
     const int op = rt__bop(nd->op);
+    if (op == RT_KERN_ADD || op == RT_KERN_SUB) {
+        /* no x read (the binaries' float32 kernels keep no node data) */
+        rt_kern_cpu_f32_kernel(nd->op, NULL)->bwd(a);
+        return;
+    }
     if (!rt__bcast_cp(nd)->flat) {
-        if (op == RT_KERN_ADD || op == RT_KERN_SUB) {
-            rt_kern_bf16_smp_bwd(a);
-            return;
-        }
         const unsigned bm = rt__bf16_sample_in(nd), um = ((1u << nd->n_in) - 1u) & ~bm;
         rt__smp_run(a, 0, bm, 1);
         if (um)
@@ -364,7 +365,6 @@ void rt_kern_bf16_bin_bwd(const rt__kargs *a)
     }
     const int64_t n = rt__numel_n(&nd->out, a->r->n);
     const int b0 = (nd->bf16_in & 1u) != 0, b1 = (nd->bf16_in & 2u) != 0;
-    const int rx = op != RT_KERN_ADD && op != RT_KERN_SUB;
     for (int k = 0; k < 2; k++) {
         float *dx = a->dx[k];
         if (!dx)
@@ -372,8 +372,8 @@ void rt_kern_bf16_bin_bwd(const rt__kargs *a)
         const int add = (a->accum >> k) & 1u;
         const float *dy = a->dy;
         RT__CHUNKS(n, {
-            const float *x0 = rx ? rt_kern_bf16_ld(a->x[0], b0, i0, m, tx) : tx;
-            const float *x1 = rx ? rt_kern_bf16_ld(a->x[1], b1, i0, m, ty) : ty;
+            const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
+            const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
             float *o = dx + i0;
             if (add)
                 for (int64_t i = 0; i < m; i++)
