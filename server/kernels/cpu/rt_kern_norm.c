@@ -212,7 +212,9 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
  *   batch mode:     dx = gamma inv (dy - dbeta/R - xh dgamma/R)
  *   inference mode: dx = gamma inv dy (the statistics are constants)
  * With a Relu fused, dy there is the Relu's dx: dy where y > 0, else 0
- * (y the fused output, widened a row at a time where stored bf16). */
+ * (y the fused output, widened a row at a time where stored bf16),
+ * computed in the sums pass into dx's rows where dx is overwritten, and
+ * read back from there by the dx pass. */
 
 /* row r of dy, through the fused Relu's mask where there is one (into
  * dz: C floats) */
@@ -222,8 +224,9 @@ static inline const float *rt__bn_dy(const rt__kargs *a, int relu, int by, int64
     const float *d = a->dy + r * C;
     if (!relu)
         return d;
-    const float *y = rt_kern_bf16_ld(a->y, by, r * C, C, ty);
-    rt_kern_act_bwd(RT__ACT_RELU, dz, d, y, C);
+    const float *restrict y = rt_kern_bf16_ld(a->y, by, r * C, C, ty);
+    for (int64_t c = 0; c < C; c++)
+        dz[c] = y[c] > 0.0f ? d[c] : 0.0f;
     return dz;
 }
 void rt_kern_batchnorm_bwd(const rt__kargs *a)
@@ -239,6 +242,7 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     float *rows = k + 3 * C;
     const int bx = (nd->bf16_in & 1u) != 0, by = nd->bf16_out;
     const int relu = nd->fused == &rt__op_relu;
+    const int keep = relu && a->dx[0] && !(a->accum & 1u);
     const int sync = batch && rt__bn_synced(a);
     double Rg = (double)R;
     if (batch) {
@@ -265,8 +269,10 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
             s1[c] = s2[c] = 0.0;
         float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
         for (int64_t r = r0; r < r1; r++) {
+            /* the masked dy kept in dx's row for the dx pass */
             const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr),
-                                  *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C, tz);
+                                  *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C,
+                                                          keep ? a->dx[0] + r * C : tz);
             for (int64_t c = 0; c < C; c++) {
                 s1[c] += d[c];
                 s2[c] += (double)d[c] * ((double)v[c] - mean[c]);
@@ -332,8 +338,14 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         const int t = omp_get_thread_num();
         float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
-        const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr),
-                              *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C, tz);
+        const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr);
+        if (keep) { /* dx's row holds the masked dy: in place */
+            float *o = dx + r * C;
+            for (int64_t c = 0; c < C; c++)
+                o[c] = k1[c] * o[c] + k2[c] * v[c] + k0[c];
+            continue;
+        }
+        const float *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C, tz);
         float *restrict o = dx + r * C;
         if (add)
             for (int64_t c = 0; c < C; c++)
