@@ -1,7 +1,8 @@
 /*
  * bench_bf16.c - mixed bfloat16 against float32 on the CPU backend: the
  * bf16 / float32 step-time ratio of W-B (32x32x3, batch 256), W-C (the
- * 784-512-512-10 MLP, batch 128), MobileNet v1 (224x224, batch 16),
+ * 784-512-512-10 MLP, batch 128), the Fashion-MNIST CNN (bench/conv's
+ * Keras JSON, 28x28x1, batch 128), MobileNet v1 (224x224, batch 16),
  * ResNet-18 for CIFAR (batch 64) and Keras' Inception v3 (75x75 unless
  * --inception-size, batch 32), each the same graph compiled both ways,
  * timed in interleaved rounds (the machine's noise hits both), medians;
@@ -11,7 +12,7 @@
  * asserts nothing.
  *
  *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C]
- *         [--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16]
+ *         [--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
  * float32 (rt_kern_bf16_conv_min_c, default 1: every Conv2D in bf16; 4
@@ -252,7 +253,7 @@ int main(int argc, char **argv)
             inc_size = atoi(argv[++i]);
         else
             die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C] "
-                         "[--only wb|wc|mobilenet|resnet|inception] [--prec f32|bf16] "
+                         "[--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16] "
                          "[--inception-size S]");
     }
 #define RUN(key) (!only || !strcmp(only, key))
@@ -294,6 +295,17 @@ int main(int argc, char **argv)
         g = wc_graph();
         row("W-C (Adam)", g, &cfg, reps, 20);
         rt_graph_destroy(g);
+    }
+    if (RUN("fashion")) {
+        /* as bench/bf16/accuracy.py: batch 128, Adam 1e-3, softmax output */
+        char path[1024];
+        snprintf(path, sizeof path, "%s/bench/conv/fashion_cnn.json", RT_SOURCE_DIR);
+        cfg.batch_size = 128;
+        cfg.from_logits = 0;
+        g = keras_graph(path);
+        row("Fashion CNN (Adam)", g, &cfg, reps, 10);
+        rt_graph_destroy(g);
+        cfg.from_logits = 1;
     }
     if (RUN("mobilenet")) {
         cfg.batch_size = 16;

@@ -1459,23 +1459,39 @@ static int rt__pass_backward(rt__cc *cc)
     return 0;
 }
 
+int rt__bf16_binary_kind(const rt__op_def *op)
+{
+    return op == &rt__op_add || op == &rt__op_sub || op == &rt__op_mul || op == &rt__op_div ||
+           op == &rt__op_max || op == &rt__op_min;
+}
+
 int rt__bf16_sample_kind(const rt__op_def *op)
 {
     return op == &rt__op_pad || op == &rt__op_maxpool2d || op == &rt__op_avgpool2d ||
-           op == &rt__op_globalavgpool || op == &rt__op_concat || op == &rt__op_add;
+           op == &rt__op_globalavgpool || op == &rt__op_concat || op == &rt__op_flatten ||
+           op == &rt__op_reshape || rt__bf16_binary_kind(op);
 }
 
 int rt__bf16_sample_op(const rt__node *nd)
 {
     const rt__op_def *op = nd->op;
-    if (!rt__bf16_sample_kind(op) || (op == &rt__op_add && !rt__bcast_cp(nd)->flat))
+    if (!rt__bf16_sample_kind(op) || nd->fused || nd->n_in > 16 || !nd->out.batched)
         return 0;
-    if (nd->fused || nd->n_in > 16 || !nd->out.batched)
-        return 0;
+    /* a binary broadcasts an unbatched input (a constant, a parameter)
+     * over the batch: that input stays float32 (rt__bf16_sample_in) */
+    int batched = 0;
     for (int j = 0; j < nd->n_in; j++)
-        if (!nd->in_shape[j]->batched)
-            return 0;
-    return 1;
+        batched += nd->in_shape[j]->batched;
+    return rt__bf16_binary_kind(op) ? batched > 0 : batched == nd->n_in;
+}
+
+unsigned rt__bf16_sample_in(const rt__node *nd)
+{
+    unsigned m = 0;
+    for (int j = 0; j < nd->n_in; j++)
+        if (nd->in_shape[j]->batched)
+            m |= RT__BF16_IN(j);
+    return m;
 }
 
 /* bf16 activation storage (after the kernels' prepares): a node's output

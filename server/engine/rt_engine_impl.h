@@ -652,14 +652,20 @@ const rt__backend *rt__backend_current(void);
  * value is stored float32, holding the bf16 values the producer rounded
  * its output to, and compile sizes it at 4 bytes */
 #define RT__BF16_EMULATED (1u << 18)
-/* whether nd moves, picks or adds values sample by sample (Pad,
- * MaxPool2D, AvgPool2D, GlobalAvgPool, Concat, an Add of two tensors of
- * its output's shape; unfused, every input batched): the ops a backend may
- * run on bf16-stored values a sample at a time (rt_compile.c) */
+/* whether nd moves, picks or combines values sample by sample (Pad,
+ * MaxPool2D, AvgPool2D, GlobalAvgPool, Concat, Flatten, Reshape with every
+ * input batched; Add, Sub, Mul, Div, Max, Min with at least one, the rest
+ * broadcast over the batch; unfused, its output batched): the ops a
+ * backend may run on bf16-stored values a sample at a time (rt_compile.c) */
 int rt__bf16_sample_op(const rt__node *nd);
 /* whether op is one of those kinds (whatever its node): a backend's bf16
  * kernel for one runs only where rt__bf16_sample_op holds */
 int rt__bf16_sample_kind(const rt__op_def *op);
+/* the binaries among them */
+int rt__bf16_binary_kind(const rt__op_def *op);
+/* RT__BF16_IN bits of such a node's batched inputs: the ones it may read
+ * stored bf16 */
+unsigned rt__bf16_sample_in(const rt__node *nd);
 
 /* ------------------------------------------------------------------- plan */
 

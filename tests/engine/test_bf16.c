@@ -327,14 +327,17 @@ static void test_conv(int ks)
  * (run on the bf16 matmul, with an input gradient); cnn_dw (without
  * pool_first): a depthwise 3x3 conv (group 16) relu with bias there
  * (oneDNN's bf16 depthwise primitives, weights (3,3,1,16)) */
-static int cnn_pw, cnn_dw, cnn_bn;
+static int cnn_pw, cnn_dw, cnn_bn, cnn_bin;
 
 static rt_graph *bncnn(void);
+static rt_graph *bincnn(void);
 
 static rt_graph *cnn(int pool_first)
 {
     if (cnn_bn)
         return bncnn();
+    if (cnn_bin)
+        return bincnn();
     rt_graph *g = rt_graph_create();
     const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k1[4] = {3, 3, 2, 16}, b1[1] = {16};
     const int64_t k2[4] = {3, 3, 16, 16}, w3[2] = {16 * 4 * 4, 4}, b3[1] = {4};
@@ -611,7 +614,7 @@ static void test_torch(const char *path)
         cfg.precision = mode ? RT_PREC_F32 : RT_PREC_BF16;
         rt_plan *p = compile(g, &cfg, 0, NULL);
         REQUIRE(p);
-        CHECK(rt_plan_report(p)->n_bf16 == (mode ? 0u : 2u));
+        CHECK(rt_plan_report(p)->n_bf16 == (mode ? 0u : 3u)); /* c, fl (bf16 values), d */
         rt_exec *e;
         REQUIRE(rt_exec_create(p, &e) == 0);
         for (int i = 0; i < 4; i++)
@@ -688,13 +691,17 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
     unsigned want = 3u + (cnn_pw != 0) + (cnn_dw != 0);
-    /* ref's MaxPool2D after c1 stores bf16 for c2 (the values c2 rounds
-     * its input to), where cpu runs the pair fused */
-    if (pool_first && !strcmp(be, "ref") && rt_kern_bf16_act_store)
-        want++;
-    if (cnn_bn) /* BatchNorm, the activations, Pad, AvgPool2D: stored bf16 */
-        want = rt_kern_bf16_act_store ? 15u : 5u;
-    CHECK(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? want : 0u));
+    /* Flatten stores bf16 for fc; ref's MaxPool2D stores bf16 (the
+     * values its reader rounds its input to), where cpu runs it fused
+     * with its Conv2D */
+    if (rt_kern_bf16_act_store)
+        want += 1u + !strcmp(be, "ref");
+    if (cnn_bn) /* BatchNorm, the activations, Pad, AvgPool2D, Flatten; cpu
+                 * runs bn3 + r3 and bn4 + r4 as one node each */
+        want = rt_kern_bf16_act_store ? (strcmp(be, "ref") ? 14u : 16u) : 5u;
+    if (cnn_bin) /* every node but the Softmax; ref's MaxPool2D apart */
+        want = rt_kern_bf16_act_store ? 10u + !strcmp(be, "ref") : 3u;
+    CHECKF(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? want : 0u), "%s: %u bf16 ops, want %u", be, rt_plan_report(p)->n_bf16, prec == RT_PREC_BF16 ? want : 0u);
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
     rt_data d = {.x = x, .y = y, .y_dtype = RT_I32, .n = n};
@@ -780,7 +787,8 @@ static void test_stem(void)
     CHECK(prec_of(p, "c1", op, sizeof op) == RT_PREC_F32);
     CHECK(prec_of(p, "c2", op, sizeof op) == RT_PREC_BF16);
     CHECK(prec_of(p, "fc", op, sizeof op) == RT_PREC_BF16);
-    CHECK(rt_plan_report(p)->n_bf16 == 2u);
+    CHECK(prec_of(p, "fl", op, sizeof op) == RT_PREC_BF16); /* c2 + mp to fc */
+    CHECK(rt_plan_report(p)->n_bf16 == 3u);
     rt_plan_release(p);
     rt_graph_destroy(g);
     rt_kern_bf16_conv_min_c = min_c0;
@@ -894,7 +902,53 @@ static rt_graph *joincnn(void)
     return g;
 }
 
-static int store_join; /* bn_plan builds joincnn, not bncnn */
+/* The binaries, Reshape, Flatten and Conv2D + MaxPool2D reading and
+ * writing bf16, on the 8x8x2 images: c0 (1x1, 2 -> 8, no activation) ->
+ * c1 (3x3, 8 -> 16, Relu) -> mp (MaxPool2D 2x2; cpu runs c1 + mp fused:
+ * it reads c0's output bf16 and stores the pooled maxima bf16); gap =
+ * GlobalAvgPool(mp) -> rs Reshape (1, 1, 16); mul = mp * rs (broadcast
+ * over the image, a sample at a time); sub = mul - sb (sb a (16,)
+ * parameter, unbatched: read float32); mx = Max(sub, mp) (of the
+ * output's shape: widened chunks, x read in the backward); fl Flatten
+ * -> dr Dropout(0.25) -> fc (Dense 256 -> 4) -> Softmax. With bf16
+ * storage every value from c0 to fc's input is stored bf16. */
+static rt_graph *bincnn(void)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k0[4] = {1, 1, 2, 8}, k1[4] = {3, 3, 8, 16};
+    const int64_t c16[1] = {16}, wf[2] = {4 * 4 * 16, 4}, bf[1] = {4};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
+    param(g, "c0/k", 4, k0);
+    param(g, "c1/k", 4, k1);
+    REQUIRE(rt_graph_add_param(g, "sb", 1, c16, RT_INIT_ZEROS, 1, NULL) == 0);
+    param(g, "fc/w", 2, wf);
+    REQUIRE(rt_graph_add_param(g, "fc/b", 1, bf, RT_INIT_ZEROS, 1, NULL) == 0);
+    const rt_attr relu[2] = {{.name = "padding", .kind = RT_ATTR_STR, .s = "same"},
+                             {.name = "activation", .kind = RT_ATTR_STR, .s = "relu"}};
+    static const int64_t shp[3] = {1, 1, 16};
+    const rt_attr rsa = {.name = "shape", .kind = RT_ATTR_INTS, .n = 3, .ints = shp};
+    const char *c0[2] = {"x", "c0/k"}, *c1[2] = {"c0", "c1/k"}, *mp[1] = {"c1"};
+    const char *gap[1] = {"mp"}, *rs[1] = {"gap"}, *mul[2] = {"mp", "rs"};
+    const char *sub[2] = {"mul", "sb"}, *mx[2] = {"sub", "mp"}, *fl[1] = {"mx"};
+    const char *dr[1] = {"fl"}, *fc[3] = {"dr", "fc/w", "fc/b"}, *sm[1] = {"fc"};
+    const rt_attr rate = {.name = "rate", .kind = RT_ATTR_FLOAT, .f = 0.25f};
+    REQUIRE(rt_graph_add_node(g, "c0", "Conv2D", 2, c0, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "c1", "Conv2D", 2, c1, 2, relu) == 0);
+    REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "gap", "GlobalAvgPool", 1, gap, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "rs", "Reshape", 1, rs, 1, &rsa) == 0);
+    REQUIRE(rt_graph_add_node(g, "mul", "Mul", 2, mul, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "sub", "Sub", 2, sub, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "mx", "Max", 2, mx, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "fl", "Flatten", 1, fl, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "dr", "Dropout", 1, dr, 1, &rate) == 0);
+    REQUIRE(rt_graph_add_node(g, "fc", "Dense", 3, fc, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "sm", "Softmax", 1, sm, 0, NULL) == 0);
+    return g;
+}
+
+/* bn_plan builds bncnn (0), joincnn (1) or bincnn (2) */
+static int store_join;
 
 /* bncnn's (or joincnn's) plan on backend be in precision prec (store:
  * bf16 storage on) */
@@ -902,7 +956,7 @@ static rt_plan *bn_plan(const char *be, int prec, int store)
 {
     REQUIRE(rt_backend_select(be) == 0);
     rt_kern_bf16_act_store = rt_ref_bf16_act_store = store;
-    rt_graph *g = store_join ? joincnn() : bncnn();
+    rt_graph *g = store_join == 2 ? bincnn() : store_join ? joincnn() : bncnn();
     rt_train_config cfg;
     cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
     cfg.shuffle = 0;
@@ -983,10 +1037,13 @@ static void test_store(void)
     CHECK(a_on < a_off);
     CHECK(a_on < a32);
     char op[48];
-    static const char *const bf16_nodes[] = {"c1", "bn1", "r1", "pw", "bn2", "r2", "dw",
-                                             "bn3", "r3", "c2", "bn4", "r4", "fc"};
+    static const char *const bf16_nodes[] = {"c1", "bn1", "r1", "pw", "bn2", "r2",
+                                             "dw", "bn3", "c2", "bn4", "fc"};
     for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
         CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
+    /* BatchNorm + Relu: one node, one pass each way */
+    CHECK(prec_of(on, "r3", op, sizeof op) == -1 && prec_of(on, "r4", op, sizeof op) == -1);
+    CHECK(prec_of(on, "bn4", op, sizeof op) == RT_PREC_BF16 && strstr(op, "Relu"));
     CHECK(prec_of(on, "pad", op, sizeof op) == RT_PREC_BF16);
     CHECK(prec_of(on, "mp", op, sizeof op) == RT_PREC_BF16);
     CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
@@ -1059,8 +1116,8 @@ static void test_store_join(void)
            (unsigned long long)a_off);
     CHECK(a_on < a_off);
     char op[48];
-    static const char *const bf16_nodes[] = {"c1",  "bn1", "r1",  "mp", "c2",
-                                             "bn2", "add", "cat", "gap", "d1", "fc"};
+    static const char *const bf16_nodes[] = {"c1",  "bn1", "mp",  "c2", "bn2",
+                                             "add", "cat", "gap", "d1", "fc"};
     for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
         CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
     CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
@@ -1070,6 +1127,42 @@ static void test_store_join(void)
     rt_plan_release(off);
     store_grads();
     store_join = 0;
+}
+
+/* The binaries (broadcasting and not), Reshape, Flatten, Dropout and a
+ * fused Conv2D + MaxPool2D on bf16 values (bincnn): which nodes store bf16, the
+ * arena, the gradients against ref's emulation and float32, and six SGD
+ * steps over 40 samples (a last batch of 8) with the fused pair in chunks
+ * of 3 samples (its last chunk past the batch: a copy of the stored
+ * input's rows, zeros after them) against ref and float32. */
+static void test_store_bin(void)
+{
+    store_join = 2;
+    rt_plan *on = bn_plan("cpu", RT_PREC_BF16, 1), *off = bn_plan("cpu", RT_PREC_BF16, 0);
+    rt_plan *f32 = bn_plan("cpu", RT_PREC_F32, 1);
+    const uint64_t a_on = rt_plan_report(on)->arena_bytes, a_off = rt_plan_report(off)->arena_bytes;
+    const uint64_t a32 = rt_plan_report(f32)->arena_bytes;
+    printf("binaries: arena %llu bytes with bf16 storage, %llu without, float32 %llu\n",
+           (unsigned long long)a_on, (unsigned long long)a_off, (unsigned long long)a32);
+    CHECK(a_on < a_off && a_on < a32);
+    char op[48];
+    static const char *const bf16_nodes[] = {"c0",  "c1", "gap", "rs", "mul",
+                                             "sub", "mx", "fl",  "dr", "fc"};
+    for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
+        CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
+    CHECK(prec_of(on, "mp", op, sizeof op) == -1); /* fused into c1 */
+    CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
+    static const char *const f32_nodes[] = {"gap", "rs", "mul", "sub", "mx", "fl", "dr"};
+    for (size_t i = 0; i < sizeof f32_nodes / sizeof f32_nodes[0]; i++)
+        CHECKF(prec_of(off, f32_nodes[i], op, sizeof op) == RT_PREC_F32, "%s", f32_nodes[i]);
+    rt_plan_release(on);
+    rt_plan_release(off);
+    rt_plan_release(f32);
+    store_grads();
+    store_join = 0;
+    cnn_bin = 1;
+    test_ref(40, 3 * 1024, 0);
+    cnn_bin = 0;
 }
 
 /* ------------------------------------------------------------ refusals */
@@ -1142,6 +1235,7 @@ int main(int argc, char **argv)
     rt_kern_bf16_col_rows = col_rows0;
     test_store();
     test_store_join();
+    test_store_bin();
     test_stem();
     if (rt_test_failures)
         fprintf(stderr, "%d check(s) failed\n", rt_test_failures);

@@ -118,6 +118,14 @@ void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n)
     }
 }
 
+void rt_kern_from_bf16(float *dst, const uint16_t *src, int64_t n)
+{
+    const int64_t bs = 16384, nb = (n + bs - 1) / bs;
+#pragma omp parallel for schedule(static) if (n >= RT__BF_PAR)
+    for (int64_t b = 0; b < nb; b++)
+        rt_kern_from_bf16_serial(dst + b * bs, src + b * bs, n - b * bs < bs ? n - b * bs : bs);
+}
+
 /* the first n values of a bf16 copy of rows*per values converted, the rest
  * zeroed (the padded rows of a smaller last batch) */
 static void rt__to_bf16_pad(uint16_t *dst, const float *src, int64_t n, int64_t cap)
@@ -811,7 +819,12 @@ typedef struct {
     int64_t cs;      /* samples per chunk */
     int64_t nt;      /* threads the scratch is sized for */
     int64_t tstride; /* scratch floats a thread (rt__bcp_thread) */
-    int64_t xfloats; /* workspace floats of x in bf16 (whole chunks) */
+    /* workspace floats of x in bf16: whole chunks, or where x is stored
+     * bf16 (node->bf16_in) one chunk, the last one's copy when it runs
+     * past the batch (its rows there zeros: stale arena bytes could be
+     * NaN, and dW multiplies them by dz's zero rows) */
+    int64_t xfloats;
+    int64_t dxfloats; /* a chunk's dx, or its pooled y (float32) */
 } rt__bcp;
 
 /* chunk primitives run one per thread, so they are built with a
@@ -832,10 +845,12 @@ static void *rt__bcv_build_serial(const void *kp)
 
 /* thread t's parts: a chunk's pre-pool values or dz (float32), its db,
  * OC floats, the chunk's dz in bf16, the chunk's dW and the thread's sum
- * (backward-weights' layout), the chunk's dx, the scratchpad; after the
- * threads': W in backward-data's layout and a scratchpad for the reorders */
+ * (backward-weights' layout), the chunk's dx or, where y is stored bf16
+ * (node->bf16_out), its pooled y in float32 (the forward's, and the
+ * backward's before dx), the scratchpad; after the threads': W in
+ * backward-data's layout and a scratchpad for the reorders */
 typedef struct {
-    float *z, *db, *tmp, *dwc, *dwp, *dx, *sp;
+    float *z, *db, *tmp, *dwc, *dwp, *dx, *y, *sp;
     uint16_t *dzb;
 } rt__bcp_tparts;
 
@@ -857,8 +872,8 @@ static rt__bcp_tparts rt__bcp_thread(const rt__bcp *d, float *s, int t)
     s += d->c->dwd_floats;
     p.dwp = s;
     s += d->c->dwd_floats;
-    p.dx = s;
-    s += rt__ff(k->n * k->H * k->W * k->C);
+    p.dx = p.y = s;
+    s += d->dxfloats;
     p.sp = s;
     return p;
 }
@@ -886,14 +901,25 @@ static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
     d->c = c, d->cs = cs;
     d->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
     d->g = rt_kern_mpool_of(cv, pc);
+    d->dxfloats = rt__ff(cs * (nd->bf16_out && pp > per ? pp : per));
     d->tstride = rt__ff(cs * oper) + 2 * rt__ff(cv->OC) + rt__hf(cs * oper) + 2 * c->dwd_floats +
-                 rt__ff(cs * per) + c->sp_floats;
-    d->xfloats = rt__hf((B + cs - 1) / cs * cs * per);
+                 d->dxfloats + c->sp_floats;
+    d->xfloats = nd->bf16_in & 1u ? rt__hf(cs * per) : rt__hf((B + cs - 1) / cs * cs * per);
     nd->kdata = d;
     /* workspace: x in bf16, W in the forward's bf16 layout, argmax */
     nd->ws_floats = d->xfloats + c->wf_floats + rt__ff((B * pp + 3) / 4);
     nd->scratch_floats = d->nt * d->tstride + c->wd_floats + c->sp_floats;
     return 0;
+}
+
+/* chunk ch of x in bf16 (n samples): the workspace's copy, or x itself
+ * where it is stored bf16 and the chunk lies in the batch */
+static const uint16_t *rt__bcp_x(const rt__kargs *a, const rt__bcp *d, int64_t ch, int64_t per)
+{
+    const uint16_t *xb = (const uint16_t *)a->ws;
+    if (!(a->nd->bf16_in & 1u))
+        return xb + ch * d->cs * per;
+    return a->r->n - ch * d->cs < d->cs ? xb : (const uint16_t *)a->x[0] + ch * d->cs * per;
 }
 
 static void rt__bcp_fwd(const rt__kargs *a)
@@ -904,25 +930,35 @@ static void rt__bcp_fwd(const rt__kargs *a)
     const int64_t per = k->H * k->W * k->C;
     const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
     const int64_t nch = (n + cs - 1) / cs;
+    const int by = a->nd->bf16_out;
     uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
     uint8_t *idx = (uint8_t *)(a->ws + d->xfloats + c->wf_floats);
     float *sp = a->scratch + d->nt * d->tstride + c->wd_floats;
     /* the last chunk's rows past the batch are zeros */
-    rt__to_bf16_pad(xb, a->x[0], n * per, nch * cs * per);
+    if (!(a->nd->bf16_in & 1u)) {
+        rt__to_bf16_pad(xb, a->x[0], n * per, nch * cs * per);
+    } else if (n % cs) {
+        const int64_t m = (n % cs) * per;
+        memcpy(xb, (const uint16_t *)a->x[0] + (nch - 1) * cs * per, sizeof(uint16_t) * (size_t)m);
+        memset(xb + m, 0, sizeof(uint16_t) * (size_t)(cs * per - m));
+    }
     rt_kern_dnnl_reord(c->w_f, &c->hwio, a->x[1], &c->wf, wf, &c->sp[3], sp, 0);
     const int nt = nch < d->nt ? (int)nch : (int)d->nt;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t ch = 0; ch < nch; ch++) {
         const rt__bcp_tparts q = rt__bcp_thread(d, a->scratch, omp_get_thread_num());
         rt_kern_dnnl_args g = {0};
-        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+        rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, rt__bcp_x(a, d, ch, per));
         rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &c->wf, wf);
         if (k->bias)
             rt_kern_dnnl_arg(&g, DNNL_ARG_BIAS, &c->bias, a->x[2]);
         rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &c->dstf, q.z);
         rt_kern_dnnl_exec(c->fwd, &g, &c->sp[0], q.sp, 1);
         const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs;
-        rt_kern_mpool_fwd(&d->g, nb, q.z, a->y + ch * cs * pp, idx + ch * cs * pp);
+        /* stored bf16: pooled in float32, rounded once into y */
+        rt_kern_mpool_fwd(&d->g, nb, q.z, by ? q.y : a->y + ch * cs * pp, idx + ch * cs * pp);
+        if (by)
+            rt_kern_to_bf16_serial((uint16_t *)a->y + ch * cs * pp, q.y, nb * pp);
     }
 }
 
@@ -934,7 +970,7 @@ static void rt__bcp_bwd(const rt__kargs *a)
     const int64_t per = k->H * k->W * k->C, oper = k->OH * k->OW * k->OC;
     const int64_t pp = d->g.PH * d->g.PW * k->OC, n = a->r->n, cs = d->cs;
     const int64_t nch = (n + cs - 1) / cs, dwn = c->dwd_floats;
-    const uint16_t *xb = (uint16_t *)a->ws, *wf = (uint16_t *)(a->ws + d->xfloats);
+    const uint16_t *wf = (uint16_t *)(a->ws + d->xfloats);
     const uint8_t *idx = (const uint8_t *)(a->ws + d->xfloats + c->wf_floats);
     float *dx = a->dx[0], *dw = a->dx[1], *db = k->bias ? a->dx[2] : NULL;
     uint16_t *wd = (uint16_t *)(a->scratch + d->nt * d->tstride);
@@ -959,12 +995,17 @@ static void rt__bcp_bwd(const rt__kargs *a)
 #pragma omp for schedule(static)
         for (int64_t ch = 0; ch < nch; ch++) {
             const int64_t nb = n - ch * cs < cs ? n - ch * cs : cs, o = ch * cs * pp;
-            rt_kern_mpool_bwd(&d->g, nb, a->dy + o, k->act ? a->y + o : NULL, idx + o, q.z, q.tmp,
-                              db ? q.db : NULL);
+            /* act'(y) from y (a bf16 y: Relu only, its sign as float32's) */
+            const float *y = k->act ? a->y + o : NULL;
+            if (y && a->nd->bf16_out) {
+                rt_kern_from_bf16_serial(q.y, (const uint16_t *)a->y + o, nb * pp);
+                y = q.y;
+            }
+            rt_kern_mpool_bwd(&d->g, nb, a->dy + o, y, idx + o, q.z, q.tmp, db ? q.db : NULL);
             rt__to_bf16_pad(q.dzb, q.z, nb * oper, cs * oper);
             if (dw || db) {
                 rt_kern_dnnl_args g = {0};
-                rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, xb + ch * cs * per);
+                rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &c->srcb, rt__bcp_x(a, d, ch, per));
                 rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_DST, &c->dstb, q.dzb);
                 rt_kern_dnnl_arg(&g, DNNL_ARG_DIFF_WEIGHTS, &c->dwd, q.dwc);
                 if (k->bias)
@@ -1027,6 +1068,9 @@ static const rt__kernel rt__bf16_table[] = {
      * only where compile stores their input or output bf16 */
     {&rt__op_batchnorm, NULL, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
      rt_kern_batchnorm_prepare},
+    /* BatchNorm + Relu in one pass each way (rt_kern_norm.c) */
+    {&rt__op_batchnorm, &rt__op_relu, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
+     rt_kern_batchnorm_prepare},
     {&rt__op_relu, NULL, rt_kern_bf16_relu_fwd, rt_kern_bf16_relu_bwd, NULL, NULL},
     {&rt__op_clip, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
     {&rt__op_kerasrelu, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
@@ -1038,7 +1082,18 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_globalavgpool, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL,
      rt_kern_bf16_smp_prepare},
     {&rt__op_concat, NULL, rt_kern_bf16_concat_fwd, rt_kern_concat_bwd, NULL, NULL},
-    {&rt__op_add, NULL, rt_kern_bf16_add_fwd, rt_kern_add_bwd, NULL, NULL},
+    {&rt__op_dropout, NULL, rt_kern_bf16_dropout_fwd, rt_kern_dropout_bwd, NULL, NULL},
+    {&rt__op_spatialdropout, NULL, rt_kern_bf16_dropout_fwd, rt_kern_dropout_bwd, NULL, NULL},
+    {&rt__op_gaussiannoise, NULL, rt_kern_bf16_dropout_fwd, rt_kern_dropout_bwd, NULL, NULL},
+    {&rt__op_gaussiandropout, NULL, rt_kern_bf16_dropout_fwd, rt_kern_dropout_bwd, NULL, NULL},
+    {&rt__op_flatten, NULL, rt_kern_bf16_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
+    {&rt__op_reshape, NULL, rt_kern_bf16_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
+    {&rt__op_add, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
+    {&rt__op_sub, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
+    {&rt__op_mul, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
+    {&rt__op_div, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
+    {&rt__op_max, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
+    {&rt__op_min, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
@@ -1046,8 +1101,7 @@ const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fuse
     const rt__op_def *op = nd->op;
     if (op == &rt__op_conv2d && rt__conv_cp(nd)->C < rt_kern_bf16_conv_min_c)
         return NULL;
-    /* an Add that broadcasts (or any of them with an unbatched input)
-     * stays float32 */
+    /* a fused one, or one with an unbatched output, stays float32 */
     if (rt__bf16_sample_kind(op) && !rt__bf16_sample_op(nd))
         return NULL;
     return rt__kernel_find(rt__bf16_table, sizeof rt__bf16_table / sizeof rt__bf16_table[0], op,

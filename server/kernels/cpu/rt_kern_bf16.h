@@ -61,6 +61,8 @@ void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n);
 void rt_kern_to_bf16_serial(uint16_t *dst, const float *src, int64_t n);
 /* dst[i] = src[i] widened to float32 (exact), on the calling thread */
 void rt_kern_from_bf16_serial(float *dst, const uint16_t *src, int64_t n);
+/* the same, over the threads where n is large */
+void rt_kern_from_bf16(float *dst, const uint16_t *src, int64_t n);
 
 /* Values i0 .. i0+m of an activation as float32: base itself (float32)
  * or, stored bf16 (bf), widened into tmp */
@@ -81,15 +83,25 @@ void rt_kern_bf16_relu_fwd(const rt__kargs *a);
 void rt_kern_bf16_relu_bwd(const rt__kargs *a);
 void rt_kern_bf16_unary_fwd(const rt__kargs *a);
 void rt_kern_bf16_unary_bwd(const rt__kargs *a);
-/* Pad, MaxPool2D, AvgPool2D, GlobalAvgPool, Concat and Add on values
- * stored bf16: their float32 kernels a sample at a time on widened copies
+/* Dropout, SpatialDropout, GaussianNoise, GaussianDropout (their float32
+ * backward reads dy only) */
+void rt_kern_bf16_dropout_fwd(const rt__kargs *a);
+int rt_kern_bf16_dropout_kind(const rt__op_def *op);
+/* Pad, MaxPool2D, AvgPool2D and GlobalAvgPool on values stored bf16:
+ * their float32 kernels a sample at a time on widened copies
  * (rt_kern_bf16act.c) */
 int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A);
 void rt_kern_bf16_smp_fwd(const rt__kargs *a);
 void rt_kern_bf16_smp_bwd(const rt__kargs *a);
-/* Concat and Add on bf16 values, directly */
+/* Concat, Flatten and Reshape on bf16 values, directly (2-byte copies) */
 void rt_kern_bf16_concat_fwd(const rt__kargs *a);
-void rt_kern_bf16_add_fwd(const rt__kargs *a);
+void rt_kern_bf16_copy_fwd(const rt__kargs *a);
+/* Add, Sub, Mul, Div, Max, Min: of two tensors of the output's shape on
+ * widened chunks; broadcasting, their float32 kernels a sample at a time
+ * (Add's and Sub's backward, which reads no x, over the batch) */
+int rt_kern_bf16_bin_prepare(rt__node *nd, int64_t B, rt__arena *A);
+void rt_kern_bf16_bin_fwd(const rt__kargs *a);
+void rt_kern_bf16_bin_bwd(const rt__kargs *a);
 /* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */
 unsigned rt_kern_bf16_io(const rt__node *nd);
 /* 0: every activation stored float32 (each bf16 product rounds a copy of

@@ -40,21 +40,33 @@ unsigned rt_kern_bf16_io(const rt__node *nd)
     const int smp = rt__bf16_sample_op(nd);
     if (!rt_kern_bf16_act_store)
         return op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
-                       op == &rt__op_kerasrelu || smp
+                       op == &rt__op_kerasrelu || rt_kern_bf16_dropout_kind(op) || smp
                    ? RT__BF16_STORE_ONLY
                    : 0u;
     if (smp)
-        return ((1u << nd->n_in) - 1u) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
+        return rt__bf16_sample_in(nd) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
     /* the products write y bf16 from their primitive (dst bf16) */
     if (op == &rt__op_dense || op == &rt__op_matmul)
         return RT__BF16_IN(0) | RT__BF16_OUT;
-    /* a Conv2D + MaxPool2D reads and writes float32 (its chunks convert x) */
+    /* a Conv2D + MaxPool2D reads x bf16 chunk by chunk and rounds each
+     * chunk's pooled values into y where its backward reads y only for
+     * the sign (no activation, or Relu: rounding keeps it) */
+    if (op == &rt__op_conv2d && nd->fused) {
+        const int act = rt__conv_cp(nd)->act;
+        return RT__BF16_IN(0) | (act == RT__ACT_NONE || act == RT__ACT_RELU ? RT__BF16_OUT : 0u);
+    }
     if (op == &rt__op_conv2d)
-        return nd->fused ? 0u : RT__BF16_IN(0) | RT__BF16_OUT;
+        return RT__BF16_IN(0) | RT__BF16_OUT;
     if (op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
-        op == &rt__op_kerasrelu)
+        op == &rt__op_kerasrelu || rt_kern_bf16_dropout_kind(op))
         return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_STORE_ONLY;
     return 0;
+}
+
+int rt_kern_bf16_dropout_kind(const rt__op_def *op)
+{
+    return op == &rt__op_dropout || op == &rt__op_spatialdropout || op == &rt__op_gaussiannoise ||
+           op == &rt__op_gaussiandropout;
 }
 
 /* The chunks of n values, each thread its own: x (float32 or bf16 by bit 0
@@ -83,16 +95,26 @@ static inline void rt__yput(const rt__kargs *a, int64_t i0, int64_t m, const flo
         rt_kern_to_bf16_serial((uint16_t *)a->y + i0, ty, m);
 }
 
+/* A forward of one input, elementwise: on each chunk, x (widened or
+ * read) and y (where the body writes it), the body, y's store (n: the
+ * name RT__CHUNKS's pragma reads) */
+#define RT__MAP_FWD(a, ...)                                              \
+    do {                                                                 \
+        const int64_t n = rt__numel_n(&(a)->nd->out, (a)->r->n);         \
+        const int bx_ = ((a)->nd->bf16_in & 1u) != 0;                    \
+        RT__CHUNKS(n, {                                                  \
+            const float *x = rt_kern_bf16_ld((a)->x[0], bx_, i0, m, tx); \
+            float *y = rt__yc((a), i0, ty);                              \
+            __VA_ARGS__;                                                 \
+            rt__yput((a), i0, m, ty);                                    \
+        });                                                              \
+    } while (0)
+
 void rt_kern_bf16_relu_fwd(const rt__kargs *a)
 {
-    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const int bx = (a->nd->bf16_in & 1u) != 0;
-    RT__CHUNKS(n, {
-        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
-        float *y = rt__yc(a, i0, ty);
+    RT__MAP_FWD(a, {
         memcpy(y, x, sizeof(float) * (size_t)m);
         rt_kern_act_fwd(RT__ACT_RELU, y, m);
-        rt__yput(a, i0, m, ty);
     });
 }
 
@@ -120,14 +142,14 @@ void rt_kern_bf16_relu_bwd(const rt__kargs *a)
 void rt_kern_bf16_unary_fwd(const rt__kargs *a)
 {
     const rt__unary_params *p = rt__unary_cp(a->nd);
-    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const int bx = (a->nd->bf16_in & 1u) != 0;
-    RT__CHUNKS(n, {
-        const float *x = rt_kern_bf16_ld(a->x[0], bx, i0, m, tx);
-        float *y = rt__yc(a, i0, ty);
-        rt_kern_unary_map(p, y, x, m);
-        rt__yput(a, i0, m, ty);
-    });
+    RT__MAP_FWD(a, rt_kern_unary_map(p, y, x, m));
+}
+
+/* Dropout and its relatives: their forward on widened chunks (the mask
+ * is a function of each element's index); the backward reads dy only */
+void rt_kern_bf16_dropout_fwd(const rt__kargs *a)
+{
+    RT__MAP_FWD(a, rt_kern_dropout_map(a, y, x, i0, m));
 }
 
 /* dx (+)= dy * f'(x) */
@@ -180,9 +202,12 @@ int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A)
     return 0;
 }
 
-/* the float32 kernel over the batch, sample by sample: fwd, or MaxPool2D's
- * backward (x widened; dx and dy are float32) */
-static void rt__smp_run(const rt__kargs *a, int fwd)
+/* the float32 kernel over the batch, sample by sample: fwd, or the
+ * backward of MaxPool2D or a broadcasting binary (x widened; dx and dy
+ * are float32) into the gradients of the inputs in dxm (RT__BF16_IN
+ * bits), the samples in parallel (par) or in order (an unbatched input's
+ * gradient sums over the samples: each adds to it after the first) */
+static void rt__smp_run(const rt__kargs *a, int fwd, unsigned dxm, int par)
 {
     const rt__smp *s = a->nd->kdata;
     const rt__kernel *k = rt_kern_cpu_f32_kernel(a->nd->op, NULL);
@@ -192,21 +217,24 @@ static void rt__smp_run(const rt__kargs *a, int fwd)
     r1.n = 1;
     const int64_t n = a->r->n, pout = rt__numel_n(&nd.out, 1);
     const int by = fwd && nd.bf16_out;
-#pragma omp parallel for num_threads(s->nt) schedule(static) if (n * pout > RT__CH_PAR)
+#pragma omp parallel for num_threads(s->nt) schedule(static) if (par && n * pout > RT__CH_PAR)
     for (int64_t b = 0; b < n; b++) {
         float *t = a->scratch + omp_get_thread_num() * s->stride, *q = t + s->f32s;
         rt__kargs c = *a;
         c.nd = &nd, c.r = &r1, c.scratch = t;
+        c.accum = par || b == 0 ? a->accum : a->accum | dxm;
         for (int j = 0; j < nd.n_in; j++) {
+            /* an unbatched input (a binary's broadcast one): all of it */
             const int64_t pin = rt__numel_n(nd.in_shape[j], 1);
+            const int64_t off = nd.in_shape[j]->batched ? b * pin : 0;
             if (nd.bf16_in & RT__BF16_IN(j)) {
-                rt_kern_from_bf16_serial(q, (const uint16_t *)a->x[j] + b * pin, pin);
+                rt_kern_from_bf16_serial(q, (const uint16_t *)a->x[j] + off, pin);
                 c.x[j] = q;
                 q += (pin + 15) & ~(int64_t)15;
             } else {
-                c.x[j] = a->x[j] + b * pin;
+                c.x[j] = a->x[j] + off;
             }
-            c.dx[j] = a->dx[j] ? a->dx[j] + b * pin : NULL;
+            c.dx[j] = a->dx[j] && (dxm & RT__BF16_IN(j)) ? a->dx[j] + off : NULL;
         }
         /* MaxPool2D's backward reads no y */
         c.y = by ? q : a->y && !nd.bf16_out ? a->y + b * pout : NULL;
@@ -221,14 +249,14 @@ static void rt__smp_run(const rt__kargs *a, int fwd)
     }
 }
 
-void rt_kern_bf16_smp_fwd(const rt__kargs *a) { rt__smp_run(a, 1); }
+void rt_kern_bf16_smp_fwd(const rt__kargs *a) { rt__smp_run(a, 1, 0, 1); }
 
 /* dx (+)= from dy: the float32 kernel over the batch (y unread), or
  * MaxPool2D's on a bf16 x sample by sample */
 void rt_kern_bf16_smp_bwd(const rt__kargs *a)
 {
     if (a->nd->op == &rt__op_maxpool2d && (a->nd->bf16_in & 1u)) {
-        rt__smp_run(a, 0);
+        rt__smp_run(a, 0, 1u, 1);
         return;
     }
     const rt__smp *s = a->nd->kdata;
@@ -270,17 +298,105 @@ void rt_kern_bf16_concat_fwd(const rt__kargs *a)
     }
 }
 
-/* y = x0 + x1 (the same shape), in float32 on chunks */
-void rt_kern_bf16_add_fwd(const rt__kargs *a)
+/* ------------------------------------------- binaries, Flatten, Reshape */
+
+static int rt__bop(const rt__op_def *op)
 {
+    return op == &rt__op_add   ? RT_KERN_ADD
+           : op == &rt__op_sub ? RT_KERN_SUB
+           : op == &rt__op_mul ? RT_KERN_MUL
+           : op == &rt__op_div ? RT_KERN_DIV
+           : op == &rt__op_max ? RT_KERN_MAX
+                               : RT_KERN_MIN;
+}
+
+int rt_kern_bf16_bin_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    if (rt__bcast_cp(nd)->flat)
+        return 0;
+    return rt_kern_bf16_smp_prepare(nd, B, A);
+}
+
+/* y = op(x0, x1): of the output's shape, in float32 on chunks widened on
+ * the stack; broadcasting, the float32 kernel a sample at a time */
+void rt_kern_bf16_bin_fwd(const rt__kargs *a)
+{
+    if (!rt__bcast_cp(a->nd)->flat) {
+        rt__smp_run(a, 1, 0, 1);
+        return;
+    }
+    const int op = rt__bop(a->nd->op);
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const int b0 = (a->nd->bf16_in & 1u) != 0, b1 = (a->nd->bf16_in & 2u) != 0;
     RT__CHUNKS(n, {
         const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
         const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
         float *y = a->nd->bf16_out ? tx : a->y + i0;
-        for (int64_t i = 0; i < m; i++)
-            y[i] = x0[i] + x1[i];
+        if (op == RT_KERN_ADD)
+            for (int64_t i = 0; i < m; i++)
+                y[i] = x0[i] + x1[i];
+        else
+            for (int64_t i = 0; i < m; i++)
+                y[i] = rt_kern_bin(op, x0[i], x1[i]);
         rt__yput(a, i0, m, tx);
     });
+}
+
+/* dx_k (+)= d op / d x_k * dy: Add and Sub (which read only dy) their
+ * float32 kernel over the batch; the others on widened chunks, or
+ * broadcasting a sample at a time on widened x: the batched inputs'
+ * gradients in parallel, then an unbatched one's summed over the samples
+ * in order (the float32 kernel's order) */
+void rt_kern_bf16_bin_bwd(const rt__kargs *a)
+{
+    const rt__node *nd = a->nd;
+    const int op = rt__bop(nd->op);
+    if (op == RT_KERN_ADD || op == RT_KERN_SUB) {
+        /* no x read (the binaries' float32 kernels keep no node data) */
+        rt_kern_cpu_f32_kernel(nd->op, NULL)->bwd(a);
+        return;
+    }
+    if (!rt__bcast_cp(nd)->flat) {
+        const unsigned bm = rt__bf16_sample_in(nd), um = ((1u << nd->n_in) - 1u) & ~bm;
+        rt__smp_run(a, 0, bm, 1);
+        if (um)
+            rt__smp_run(a, 0, um, 0);
+        return;
+    }
+    const int64_t n = rt__numel_n(&nd->out, a->r->n);
+    const int b0 = (nd->bf16_in & 1u) != 0, b1 = (nd->bf16_in & 2u) != 0;
+    for (int k = 0; k < 2; k++) {
+        float *dx = a->dx[k];
+        if (!dx)
+            continue;
+        const int add = (a->accum >> k) & 1u;
+        const float *dy = a->dy;
+        RT__CHUNKS(n, {
+            const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
+            const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
+            float *o = dx + i0;
+            if (add)
+                for (int64_t i = 0; i < m; i++)
+                    o[i] += rt_kern_bin_d(op, k, x0[i], x1[i], dy[i0 + i]);
+            else
+                for (int64_t i = 0; i < m; i++)
+                    o[i] = rt_kern_bin_d(op, k, x0[i], x1[i], dy[i0 + i]);
+        });
+    }
+}
+
+/* Flatten and Reshape: the values copied, 2 bytes each where both sides
+ * are bf16, widened or rounded where they differ */
+void rt_kern_bf16_copy_fwd(const rt__kargs *a)
+{
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
+    const int bx = (a->nd->bf16_in & 1u) != 0, by = a->nd->bf16_out;
+    if (bx && by)
+        memcpy(a->y, a->x[0], sizeof(uint16_t) * (size_t)n);
+    else if (by)
+        rt_kern_to_bf16((uint16_t *)a->y, a->x[0], n);
+    else if (bx)
+        rt_kern_from_bf16(a->y, (const uint16_t *)a->x[0], n);
+    else
+        memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
 }

@@ -30,6 +30,45 @@ void rt_kern_bmm_bwd(const rt__kargs *a);
 void rt_kern_band_fwd(const rt__kargs *a);
 void rt_kern_band_bwd(const rt__kargs *a);
 
+/* the elementwise binaries (rt_kern_eltwise.c, and the bf16 ones of
+ * rt_kern_bf16act.c): op(x, y) and d op / d input k times g */
+enum {
+    RT_KERN_ADD = 0,
+    RT_KERN_SUB,
+    RT_KERN_MUL,
+    RT_KERN_DIV,
+    RT_KERN_MAX,
+    RT_KERN_MIN,
+    RT_KERN_PRELU
+};
+
+static inline float rt_kern_bin(int op, float x, float y)
+{
+    switch (op) {
+    case RT_KERN_ADD: return x + y;
+    case RT_KERN_SUB: return x - y;
+    case RT_KERN_MUL: return x * y;
+    case RT_KERN_DIV: return x / y;
+    case RT_KERN_MAX: return x >= y ? x : y;
+    case RT_KERN_MIN: return x <= y ? x : y;
+    default: return x > 0.0f ? x : y * x; /* PRelu */
+    }
+}
+
+/* d op(a, b) / d input k, times g */
+static inline float rt_kern_bin_d(int op, int k, float x, float y, float g)
+{
+    switch (op) {
+    case RT_KERN_ADD: return g;
+    case RT_KERN_SUB: return k ? -g : g;
+    case RT_KERN_MUL: return k ? g * x : g * y;
+    case RT_KERN_DIV: return k ? -g * x / (y * y) : g / y;
+    case RT_KERN_MAX: return (x >= y) == !k ? g : 0.0f; /* ties: input 0 */
+    case RT_KERN_MIN: return (x <= y) == !k ? g : 0.0f;
+    default: return x > 0.0f ? (k ? 0.0f : g) : (k ? g * x : g * y); /* PRelu */
+    }
+}
+
 /* Add/Sub/Mul with numpy broadcasting (rt__bcast_params) */
 void rt_kern_add_fwd(const rt__kargs *a);
 void rt_kern_add_bwd(const rt__kargs *a);
@@ -102,6 +141,8 @@ void rt_kern_copy_bwd(const rt__kargs *a);
  * come from the counter RNG keyed by (seed, node, step, element), so
  * backward recomputes them instead of storing. */
 void rt_kern_dropout_fwd(const rt__kargs *a);
+/* the forward on elements i0 .. i0+m of the batch: y from x (m values) */
+void rt_kern_dropout_map(const rt__kargs *a, float *y, const float *x, int64_t i0, int64_t m);
 void rt_kern_dropout_bwd(const rt__kargs *a);
 void rt_kern_actreg_fwd(const rt__kargs *a);
 void rt_kern_actreg_bwd(const rt__kargs *a);

@@ -99,43 +99,8 @@ void rt_kern_tanh_bwd(const rt__kargs *a) { rt__unary_bwd(a, RT__ACT_TANH); }
 /* ------------------------------------------------------------ broadcasting */
 
 /* Add/Sub/Mul walk the output with the strides op_eltwise.c derived
- * (rt__bcast_params); the op is a compile-time constant of each wrapper */
-enum {
-    RT_KERN_ADD = 0,
-    RT_KERN_SUB,
-    RT_KERN_MUL,
-    RT_KERN_DIV,
-    RT_KERN_MAX,
-    RT_KERN_MIN,
-    RT_KERN_PRELU
-};
-
-static inline float rt__bin(int op, float x, float y)
-{
-    switch (op) {
-    case RT_KERN_ADD: return x + y;
-    case RT_KERN_SUB: return x - y;
-    case RT_KERN_MUL: return x * y;
-    case RT_KERN_DIV: return x / y;
-    case RT_KERN_MAX: return x >= y ? x : y;
-    case RT_KERN_MIN: return x <= y ? x : y;
-    default: return x > 0.0f ? x : y * x; /* PRelu */
-    }
-}
-
-/* d op(a, b) / d input k, times g */
-static inline float rt__bin_d(int op, int k, float x, float y, float g)
-{
-    switch (op) {
-    case RT_KERN_ADD: return g;
-    case RT_KERN_SUB: return k ? -g : g;
-    case RT_KERN_MUL: return k ? g * x : g * y;
-    case RT_KERN_DIV: return k ? -g * x / (y * y) : g / y;
-    case RT_KERN_MAX: return (x >= y) == !k ? g : 0.0f; /* ties: input 0 */
-    case RT_KERN_MIN: return (x <= y) == !k ? g : 0.0f;
-    default: return x > 0.0f ? (k ? 0.0f : g) : (k ? g * x : g * y); /* PRelu */
-    }
-}
+ * (rt__bcast_params); the op (RT_KERN_ADD ...) is a compile-time constant
+ * of each wrapper */
 
 static void rt__bc_dims(const rt__kargs *a, int64_t *dims, int64_t *total)
 {
@@ -199,7 +164,7 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
             break;
         default:
             for (int64_t i = 0; i < n; i++)
-                Y[i] = rt__bin(op, A[i], B[i]);
+                Y[i] = rt_kern_bin(op, A[i], B[i]);
             break;
         }
         return;
@@ -209,7 +174,7 @@ static void rt__bin_fwd(const rt__kargs *a, int op)
             const float *restrict pa = A + oa, *restrict pb = B + ob;
             float *restrict py = Y + o;
             for (int64_t j = 0; j < inner; j++)
-                py[j] = rt__bin(op, pa[j * ia1], pb[j * ib1]);
+                py[j] = rt_kern_bin(op, pa[j * ia1], pb[j * ib1]);
         });
         return;
     }
@@ -252,10 +217,10 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
             int64_t n = rt__numel_n(&nd->out, a->r->n);
             if (accum)
                 for (int64_t i = 0; i < n; i++)
-                    dX[i] += rt__bin_d(op, k, A[i], Bv[i], dY[i]);
+                    dX[i] += rt_kern_bin_d(op, k, A[i], Bv[i], dY[i]);
             else
                 for (int64_t i = 0; i < n; i++)
-                    dX[i] = rt__bin_d(op, k, A[i], Bv[i], dY[i]);
+                    dX[i] = rt_kern_bin_d(op, k, A[i], Bv[i], dY[i]);
             return;
         }
         if (!accum)
@@ -266,7 +231,7 @@ static void rt__bin_bwd_one(const rt__kargs *a, int k, int op)
             float *restrict dx = dX + (k ? ob : oa);
             const int64_t sk = k ? ib1 : ia1;
             for (int64_t j = 0; j < inner; j++)
-                dx[j * sk] += rt__bin_d(op, k, pa[j * ia1], pb[j * ib1], dy[j]);
+                dx[j * sk] += rt_kern_bin_d(op, k, pa[j * ia1], pb[j * ib1], dy[j]);
         });
         return;
     }
@@ -397,22 +362,25 @@ static inline float rt__drop_factor(const rt__kargs *a, const rt__dropout_params
     }
 }
 
-void rt_kern_dropout_fwd(const rt__kargs *a)
+void rt_kern_dropout_map(const rt__kargs *a, float *restrict y, const float *restrict x, int64_t i0,
+                         int64_t m)
 {
-    int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const rt__dropout_params *p = rt__dropout_cp(a->nd);
     if (!a->r->training || p->rate == 0.0) {
-        memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
+        memcpy(y, x, sizeof(float) * (size_t)m);
         return;
     }
-    const float *restrict x = a->x[0];
-    float *restrict y = a->y;
     if (p->mode == RT__DROP_NOISE)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] + rt__drop_factor(a, p, i);
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x[i] + rt__drop_factor(a, p, i0 + i);
     else
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] * rt__drop_factor(a, p, i);
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x[i] * rt__drop_factor(a, p, i0 + i);
+}
+
+void rt_kern_dropout_fwd(const rt__kargs *a)
+{
+    rt_kern_dropout_map(a, a->y, a->x[0], 0, rt__numel_n(&a->nd->out, a->r->n));
 }
 
 void rt_kern_dropout_bwd(const rt__kargs *a)

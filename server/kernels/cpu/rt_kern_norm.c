@@ -29,6 +29,7 @@
 
 #include "cpu/rt_kern_bf16.h"
 #include "cpu/rt_kern_conv.h"
+#include "cpu/rt_kern_cpu.h"
 
 /* Smaller tensors run on one thread (a parallel region's cost dominates) */
 #define RT__PAR_ELEMS (INT64_C(1) << 18)
@@ -133,8 +134,12 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
     const int64_t C = rt__bn_cp(nd)->C;
     nd->kdata = nt;
     nd->scratch_floats = 4 * C * *nt + 8 * C + 3 * C + 16;
-    /* bf16 storage (rt_kern_bf16act.c): a row of x and of y a thread */
-    if (nd->bf16_in || nd->bf16_out)
+    /* bf16 storage (rt_kern_bf16act.c): a row of x and of y a thread;
+     * a fused Relu's backward: a row of its dx (2 rows a thread after
+     * those: the x and y rows' stride) */
+    if (nd->bf16_in || nd->bf16_out || nd->fused)
+        nd->scratch_floats += 2 * C * *nt;
+    if (nd->fused)
         nd->scratch_floats += 2 * C * *nt;
     return 0;
 }
@@ -149,7 +154,8 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
 
 /* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C), each
  * float32 or stored bf16 (nd->bf16_in, bf16_out): the statistics and y
- * are computed in float32 / double either way */
+ * are computed in float32 / double either way. With a Relu fused (the
+ * bf16 table's BatchNorm + Relu) y = max(y, 0) in the same pass. */
 void rt_kern_batchnorm_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -164,6 +170,7 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     (void)sdyx;
     float *scale = f, *shift = f + C, *rows = f + 3 * C;
     const int bx = (nd->bf16_in & 1u) != 0, by = nd->bf16_out;
+    const int relu = nd->fused == &rt__op_relu;
     if (rt__bn_batch_mode(a)) {
         const double Rg = rt__bn_stats(a->x[0], bx, rows, R, C, nt, part, mean, var,
                                        rt__bn_synced(a) ? a->r : NULL);
@@ -193,6 +200,8 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
         float *restrict o = by ? ty : y + r * C;
         for (int64_t c = 0; c < C; c++)
             o[c] = v[c] * scale[c] + shift[c];
+        if (relu)
+            rt_kern_act_fwd(RT__ACT_RELU, o, C);
         if (by)
             rt_kern_to_bf16_serial((uint16_t *)y + r * C, ty, C);
     }
@@ -201,7 +210,25 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
 /* With xh = (x - mean) * inv, inv = 1/sqrt(var + eps):
  *   dbeta = sum dy, dgamma = sum dy * xh,
  *   batch mode:     dx = gamma inv (dy - dbeta/R - xh dgamma/R)
- *   inference mode: dx = gamma inv dy (the statistics are constants) */
+ *   inference mode: dx = gamma inv dy (the statistics are constants)
+ * With a Relu fused, dy there is the Relu's dx: dy where y > 0, else 0
+ * (y the fused output, widened a row at a time where stored bf16),
+ * computed in the sums pass into dx's rows where dx is overwritten, and
+ * read back from there by the dx pass. */
+
+/* row r of dy, through the fused Relu's mask where there is one (into
+ * dz: C floats) */
+static inline const float *rt__bn_dy(const rt__kargs *a, int relu, int by, int64_t r, int64_t C,
+                                     float *ty, float *dz)
+{
+    const float *d = a->dy + r * C;
+    if (!relu)
+        return d;
+    const float *restrict y = rt_kern_bf16_ld(a->y, by, r * C, C, ty);
+    for (int64_t c = 0; c < C; c++)
+        dz[c] = y[c] > 0.0f ? d[c] : 0.0f;
+    return dz;
+}
 void rt_kern_batchnorm_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -210,10 +237,12 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     const int64_t R = rt__rows(nd->in_shape[0], a->r->n);
     const double eps = rt__bn_cp(nd)->eps;
     const int batch = rt__bn_batch_mode(a);
-    const float *x = a->x[0], *dy = a->dy, *gamma = a->x[1];
+    const float *x = a->x[0], *gamma = a->x[1];
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, k);
     float *rows = k + 3 * C;
-    const int bx = (nd->bf16_in & 1u) != 0;
+    const int bx = (nd->bf16_in & 1u) != 0, by = nd->bf16_out;
+    const int relu = nd->fused == &rt__op_relu;
+    const int keep = relu && a->dx[0] && !(a->accum & 1u);
     const int sync = batch && rt__bn_synced(a);
     double Rg = (double)R;
     if (batch) {
@@ -238,9 +267,12 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         RT__RANGE(R, t, T, r0, r1);
         for (int64_t c = 0; c < C; c++)
             s1[c] = s2[c] = 0.0;
+        float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
         for (int64_t r = r0; r < r1; r++) {
-            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C),
-                                  *restrict d = dy + r * C;
+            /* the masked dy kept in dx's row for the dx pass */
+            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr),
+                                  *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C,
+                                                          keep ? a->dx[0] + r * C : tz);
             for (int64_t c = 0; c < C; c++) {
                 s1[c] += d[c];
                 s2[c] += (double)d[c] * ((double)v[c] - mean[c]);
@@ -304,9 +336,16 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     const int add = (a->accum & 1u) != 0;
 #pragma omp parallel for num_threads(nt) schedule(static) if (R * C >= RT__PAR_ELEMS)
     for (int64_t r = 0; r < R; r++) {
-        const float *restrict v =
-            rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * omp_get_thread_num() * C),
-                              *restrict d = dy + r * C;
+        const int t = omp_get_thread_num();
+        float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
+        const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr);
+        if (keep) { /* dx's row holds the masked dy: in place */
+            float *o = dx + r * C;
+            for (int64_t c = 0; c < C; c++)
+                o[c] = k1[c] * o[c] + k2[c] * v[c] + k0[c];
+            continue;
+        }
+        const float *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C, tz);
         float *restrict o = dx + r * C;
         if (add)
             for (int64_t c = 0; c < C; c++)

@@ -15,6 +15,12 @@
  * ReLU(max_value)'s outputs where every reader reads bf16) are stored
  * float32 here, rounded to bf16 by their producer after its float32
  * kernel, so every reader sees the values the CPU backend's widen to.
+ * Dropout and its relatives, Pad, the pools, Concat, Flatten, Reshape
+ * and the elementwise binaries (their batched inputs) read and write such
+ * values too. The CPU
+ * backend's Conv2D + MaxPool2D stores its pooled output bf16; ref runs
+ * the pair apart, its MaxPool2D rounding the same maxima (the Conv2D's
+ * output stays float32: rt_compile.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -85,12 +91,14 @@ unsigned rt_ref_bf16_io(const rt__node *nd)
 {
     const rt__op_def *op = nd->op;
     const int elt = op == &rt__op_batchnorm || op == &rt__op_relu || op == &rt__op_clip ||
-                    op == &rt__op_kerasrelu;
+                    op == &rt__op_kerasrelu || op == &rt__op_dropout ||
+                    op == &rt__op_spatialdropout || op == &rt__op_gaussiannoise ||
+                    op == &rt__op_gaussiandropout;
     const int smp = rt__bf16_sample_op(nd);
     if (!rt_ref_bf16_act_store)
         return elt || smp ? RT__BF16_STORE_ONLY : 0u;
     if (smp)
-        return ((1u << nd->n_in) - 1u) | RT__BF16_OUT | RT__BF16_STORE_ONLY | RT__BF16_EMULATED;
+        return rt__bf16_sample_in(nd) | RT__BF16_OUT | RT__BF16_STORE_ONLY | RT__BF16_EMULATED;
     if (op == &rt__op_dense || op == &rt__op_matmul || op == &rt__op_conv2d)
         return RT__BF16_IN(0) | RT__BF16_OUT | RT__BF16_EMULATED;
     if (elt)
@@ -193,6 +201,13 @@ RT_REF_BF_STORED(avgpool2d)
 RT_REF_BF_STORED(gap)
 RT_REF_BF_STORED(concat)
 RT_REF_BF_STORED(add)
+RT_REF_BF_STORED(sub)
+RT_REF_BF_STORED(mul)
+RT_REF_BF_STORED(div)
+RT_REF_BF_STORED(max)
+RT_REF_BF_STORED(min)
+RT_REF_BF_STORED(copy)
+RT_REF_BF_STORED(dropout)
 
 static const rt__kernel rt_ref_bf16_table[] = {
     {&rt__op_dense, NULL, rt_ref_bf_dense_fwd, rt_ref_bf_dense_bwd, NULL, NULL},
@@ -209,6 +224,17 @@ static const rt__kernel rt_ref_bf16_table[] = {
     {&rt__op_globalavgpool, NULL, rt_ref_bf_gap_fwd, rt_ref_gap_bwd, NULL, NULL},
     {&rt__op_concat, NULL, rt_ref_bf_concat_fwd, rt_ref_concat_bwd, NULL, NULL},
     {&rt__op_add, NULL, rt_ref_bf_add_fwd, rt_ref_add_bwd, NULL, NULL},
+    {&rt__op_sub, NULL, rt_ref_bf_sub_fwd, rt_ref_sub_bwd, NULL, NULL},
+    {&rt__op_mul, NULL, rt_ref_bf_mul_fwd, rt_ref_mul_bwd, NULL, NULL},
+    {&rt__op_div, NULL, rt_ref_bf_div_fwd, rt_ref_div_bwd, NULL, NULL},
+    {&rt__op_max, NULL, rt_ref_bf_max_fwd, rt_ref_max_bwd, NULL, NULL},
+    {&rt__op_min, NULL, rt_ref_bf_min_fwd, rt_ref_min_bwd, NULL, NULL},
+    {&rt__op_dropout, NULL, rt_ref_bf_dropout_fwd, rt_ref_dropout_bwd, NULL, NULL},
+    {&rt__op_spatialdropout, NULL, rt_ref_bf_dropout_fwd, rt_ref_dropout_bwd, NULL, NULL},
+    {&rt__op_gaussiannoise, NULL, rt_ref_bf_dropout_fwd, rt_ref_dropout_bwd, NULL, NULL},
+    {&rt__op_gaussiandropout, NULL, rt_ref_bf_dropout_fwd, rt_ref_dropout_bwd, NULL, NULL},
+    {&rt__op_flatten, NULL, rt_ref_bf_copy_fwd, rt_ref_copy_bwd, NULL, NULL},
+    {&rt__op_reshape, NULL, rt_ref_bf_copy_fwd, rt_ref_copy_bwd, NULL, NULL},
 };
 
 const rt__kernel *rt_ref_bf16_kernel(const rt__node *nd, const rt__op_def *fused)
