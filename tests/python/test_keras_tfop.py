@@ -100,6 +100,10 @@ def test_refused_by_name():
     doc["config"]["layers"][0]["config"]["dropout"] = 0.2
     with pytest.raises(ValueError, match="CuDNNGRU has no setting 'dropout'"):
         models.model_from_json(json.dumps(doc))
+    del doc["config"]["layers"][0]["config"]["dropout"]
+    doc["config"]["layers"][0]["config"]["unit_forget_bias"] = True
+    with pytest.raises(ValueError, match="CuDNNGRU has no setting 'unit_forget_bias'"):
+        models.model_from_json(json.dumps(doc))
 
 
 def test_refused_by_daemon(client):

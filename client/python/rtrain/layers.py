@@ -1168,7 +1168,9 @@ class CuDNNGRU(_CuDNN, GRU):
 
     def __init__(self, units, kernel_initializer="glorot_uniform",
                  recurrent_initializer="orthogonal", bias_initializer="zeros",
-                 **kw):
+                 unit_forget_bias=None, **kw):
+        if unit_forget_bias is not None:  # an LSTM's only
+            raise ValueError("CuDNNGRU has no setting 'unit_forget_bias'")
         super().__init__(units, kernel_initializer=kernel_initializer,
                          recurrent_initializer=recurrent_initializer,
                          bias_initializer=bias_initializer,
