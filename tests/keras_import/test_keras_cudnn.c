@@ -14,7 +14,9 @@
  * The same program runs tfop/tfop_ref.json (keras_tfop, tfop/
  * gen_tfop_fixtures.py): weightless models of TF 2.2-2.3's
  * TensorFlowOpLayer and TFOpLambda with a constant first argument, held to
- * NumPy transcriptions of the TensorFlow ops.
+ * NumPy transcriptions of the TensorFlow ops, and a model of the later ops
+ * (LeakyRelu, Square, Sqrt, Rsqrt, Neg, ConcatV2, Mean, Sum, Reshape) after
+ * a Dense layer whose gradients are finite differences of that NumPy.
  *
  *   test_keras_cudnn <cudnn_ref.json or tfop_ref.json>
  */
@@ -195,6 +197,29 @@ static const edit bad_op[] = {
     {"\"constants\": {\"1\": 3.0}", "\"constants\": {\"1\": \"three\"}", "constant"},
 };
 
+/* the ops read later: other reductions and ops the engine has no op for
+ * stay refused by name, and the shapes and axes they cannot take */
+static const edit bad_op3[] = {
+    {"\"op\": \"Mean\"", "\"op\": \"Prod\"", "op 'Prod'"},
+    {"\"op\": \"Sum\"", "\"op\": \"Max\"", "op 'Max'"},
+    {"\"op\": \"Sum\"", "\"op\": \"Min\"", "op 'Min'"},
+    {"\"op\": \"Neg\"", "\"op\": \"Abs\"", "op 'Abs'"},
+    {"\"op\": \"Sqrt\"", "\"op\": \"Log\"", "op 'Log'"},
+    {"{\"1\": [1]}", "{\"1\": [0]}", "reduces axis 0, the batch"},
+    {"{\"1\": [1]}", "{\"1\": [-4]}", "axis -4 is outside"},
+    {"{\"1\": [1]}", "{\"1\": [1.5]}", "reduction_indices"},
+    {"{\"1\": [-1, 3, 4]}", "{\"1\": [3, -1, 4]}", "shape[0] is 3"},
+    {"{\"1\": [-1, 3, 4]}", "{\"1\": [-1, 3, 5]}", "15 values per sample"},
+    {"{\"1\": [-1, 3, 4]}", "{\"1\": [-1, -1, 4]}", "shape[1] = -1"},
+    {"{\"3\": -1}", "{\"3\": \"last\"}", "constant whole-number axis"},
+    {"{\"3\": -1}", "{\"3\": 0}", "the batch"},
+    {"{\"3\": -1}", "{\"0\": 1.0}", "a constant among the values"},
+    {"\"alpha\": {\"f\": 0.1}", "\"alpha\": {\"f\": 0.1}, \"data_format\": {\"s\": \"x\"}",
+     "attr 'data_format'"},
+    {"\"Tshape\": {\"type\": \"DT_INT32\"}", "\"Tshape\": {\"type\": \"DT_FLOAT\"}",
+     "DT_INT32 or DT_INT64"},
+};
+
 int main(int argc, char **argv)
 {
     REQUIRE(argc == 2);
@@ -211,6 +236,9 @@ int main(int argc, char **argv)
         if (json_object_object_get_ex(c, "name", &nm) &&
             !strcmp(json_object_get_string(nm), "TensorFlowOpLayer ops"))
             refused(c, bad_op, sizeof bad_op / sizeof bad_op[0], NULL);
+        if (json_object_object_get_ex(c, "name", &nm) &&
+            !strcmp(json_object_get_string(nm), "TensorFlowOpLayer reductions and shapes"))
+            refused(c, bad_op3, sizeof bad_op3 / sizeof bad_op3[0], NULL);
     }
     json_object_put(doc);
     return rt_test_done("keras_cudnn");

@@ -986,7 +986,7 @@ class _RNN(Layer):
 
     def _n_states(self):
         """the states one call carries: h (and c for an LSTM)"""
-        return 2 if self.keras_class == "LSTM" else 1
+        return 2 if self._gates == 4 else 1
 
     def _state_shapes(self):
         return [[self.units]] * self._n_states()
@@ -1113,6 +1113,267 @@ class GRU(_Gated):
     def _bias_shape(self):
         g = 3 * self.units
         return [2, g] if self.reset_after else [g]
+
+
+# the LSTM/GRU settings Keras 2's cuDNN layers do not have (their
+# from_config refuses them as unknown keywords; server/import/
+# import_keras_rnn.c k_cudnn_cfg refuses the same)
+_NOT_CUDNN = ("activation", "recurrent_activation", "use_bias", "dropout",
+              "recurrent_dropout", "reset_after", "time_major",
+              "zero_output_for_mask", "unroll", "implementation")
+
+
+def _cudnn_kw(layer_cls, kw):
+    bad = [k for k in _NOT_CUDNN if k in kw]
+    if bad:
+        raise ValueError("%s has no setting %r (cuDNN's layer: tanh, sigmoid, two "
+                         "biases, no dropout)" % (layer_cls, bad[0]))
+    return kw
+
+
+class _CuDNN:
+    """Keras 2's CuDNNLSTM and CuDNNGRU (keras/layers/cudnn_recurrent.py):
+    the LSTM/GRU with tanh and sigmoid, no dropout and no mask, and one flat
+    bias of 2 * gates * units (the input biases, then the recurrent ones;
+    an LSTM's unit_forget_bias sets the forget gate of the recurrent half).
+    The daemon's importer reads them (server/import/import_keras_rnn.c)."""
+
+    def _config(self):
+        cfg = super()._config()
+        for k in _NOT_CUDNN:
+            cfg.pop(k, None)
+        return cfg
+
+    def _bias_shape(self):
+        return [2 * self._gates * self.units]
+
+
+class CuDNNLSTM(_CuDNN, LSTM):
+    keras_class = "CuDNNLSTM"
+    _auto_name = "cu_dnnlstm"
+
+    def __init__(self, units, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 unit_forget_bias=True, **kw):
+        super().__init__(units, kernel_initializer=kernel_initializer,
+                         recurrent_initializer=recurrent_initializer,
+                         bias_initializer=bias_initializer,
+                         unit_forget_bias=unit_forget_bias,
+                         **_cudnn_kw("CuDNNLSTM", kw))
+
+
+class CuDNNGRU(_CuDNN, GRU):
+    keras_class = "CuDNNGRU"
+    _auto_name = "cu_dnngru"
+
+    def __init__(self, units, kernel_initializer="glorot_uniform",
+                 recurrent_initializer="orthogonal", bias_initializer="zeros",
+                 unit_forget_bias=None, **kw):
+        if unit_forget_bias is not None:  # an LSTM's only
+            raise ValueError("CuDNNGRU has no setting 'unit_forget_bias'")
+        super().__init__(units, kernel_initializer=kernel_initializer,
+                         recurrent_initializer=recurrent_initializer,
+                         bias_initializer=bias_initializer,
+                         **_cudnn_kw("CuDNNGRU", kw))
+
+
+# -- TensorFlow operations tf.keras 2 recorded as layers. The daemon's
+# importer reads them (server/import/import_keras_tfop.c: the semantics and
+# every check); here they carry their config through unchanged and give
+# their output shapes to the Functional graph.
+
+# TFOpLambda functions (tf.keras 2.4+): element-wise, TensorFlow's
+# broadcasting
+_TF_FUNCTIONS = ("math.add", "__operators__.add", "math.subtract", "__operators__.sub",
+                 "math.multiply", "__operators__.mul", "math.truediv",
+                 "__operators__.truediv", "math.divide", "math.maximum", "math.minimum")
+# TensorFlowOpLayer ops (tf.keras 2.2-2.3) by kind
+_TF_BINARY = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "Maximum", "Minimum")
+_TF_UNARY = ("Softmax", "Sigmoid", "Relu", "Relu6", "Tanh", "Elu", "Selu", "Softplus",
+             "Softsign", "Exp", "Identity", "LeakyRelu", "Square", "Sqrt", "Rsqrt", "Neg")
+_TF_OTHER = ("Mean", "Sum", "Reshape", "ConcatV2")
+
+
+def _const_dims(v, what):
+    """the shape of a number or a nested list of numbers"""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return []
+    if not isinstance(v, list) or not v:
+        raise ValueError("%s: a constant operand must be a number or a nested list" % what)
+    inner = [_const_dims(e, what) for e in v]
+    if any(d != inner[0] for d in inner):
+        raise ValueError("%s: a constant operand must be a number or a nested list" % what)
+    return [len(v)] + inner[0]
+
+
+def _tf_broadcast(a, b, what):
+    """TensorFlow's broadcast of per-sample dims a and b, right-aligned"""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise ValueError("%s: shapes %s and %s do not broadcast" % (what, tuple(a), tuple(b)))
+    return [y if x == 1 else x for x, y in zip(a, b)]
+
+
+def _tf_operand(v, rank, what):
+    """a constant's per-sample dims beside a value of per-sample rank: its
+    leading 1s beyond that rank meet the batch"""
+    d = _const_dims(v, what)
+    while len(d) > rank and d[0] == 1:
+        d = d[1:]
+    if len(d) > rank:
+        raise ValueError("%s: a constant of rank %d does not broadcast over a value of "
+                         "rank %d" % (what, len(d), rank + 1))
+    return d or [1]
+
+
+def _tf_ints(v, what):
+    vals = v if isinstance(v, list) else [v]
+    if not all(isinstance(e, (int, float)) and not isinstance(e, bool) and e == int(e)
+               for e in vals):
+        raise ValueError("%s needs constant whole numbers, got %r" % (what, v))
+    return [int(e) for e in vals]
+
+
+class TFOpLambda(Layer):
+    """tf.keras 2's TFOpLambda (keras/layers/core/tf_op_layer.py): a
+    TensorFlow function called on Keras tensors, config.function its name
+    under tf. Read here: the element-wise functions of two tensors or a
+    tensor and a constant on either side (1 - x: a constant first
+    argument, which Keras writes as ["_CONSTANT_VALUE", -1, value,
+    kwargs])."""
+
+    keras_class = "TFOpLambda"
+    _auto_name = "tf_op_lambda"
+    _kw_tensors = True  # its call's keyword arguments may be tensors
+
+    def __init__(self, function=None, **kw):
+        super().__init__(**kw)
+        if function not in _TF_FUNCTIONS:
+            raise ValueError("TFOpLambda '%s' (a TensorFlow function recorded by tf.keras) "
+                             "is not supported: element-wise %s are"
+                             % (function, ", ".join(_TF_FUNCTIONS)))
+        self.function = function
+
+    def _config(self):
+        return {"function": self.function}
+
+    def __call__(self, x=None, y=None, name=None, **kw):
+        if kw:
+            raise ValueError("TFOpLambda %s argument '%s' is not supported"
+                             % (self.function, next(iter(kw))))
+        args = (("x", x), ("y", y))
+        ins = [v for _, v in args if isinstance(v, KerasTensor)]
+        if not ins:
+            raise TypeError("TFOpLambda %s is called on a tensor" % self.function)
+        if len(ins) == 1 and all(v is None for _, v in args if not isinstance(v, KerasTensor)):
+            raise ValueError("TFOpLambda %s needs two operands" % self.function)
+        shapes = [list(v.shape[1:]) if isinstance(v, KerasTensor) else None for _, v in args]
+        rank = len(list(ins[0].shape[1:]))
+        dims = [s if s is not None else _tf_operand(v, rank, self.function)
+                for s, (_, v) in zip(shapes, args)]
+        out = _tf_broadcast(dims[0], dims[1], self.function)
+        t = KerasTensor(out, self, ins, len(self._inbound_nodes))
+        # the call's constants, as Keras keeps them
+        t._consts = {k: v for k, v in args if not isinstance(v, KerasTensor)}
+        t._op_name = name
+        return self._add_node(t)
+
+    def _keras2_node(self, srcs, t=None):
+        # keras/engine/node.py serialize: the one first argument is the
+        # node's entry itself (a constant one ["_CONSTANT_VALUE", -1,
+        # value]), y a keyword
+        refs = [[s[0], s[1], s[2] if len(s) > 2 else 0] for s in srcs]
+        first = ["_CONSTANT_VALUE", -1, t._consts["x"]] if "x" in t._consts else refs.pop(0)
+        kw = {"y": t._consts["y"] if "y" in t._consts else refs.pop(0), "name": t._op_name}
+        return first + [kw]
+
+    def _keras3_node(self, tensors, t=None):
+        raise ValueError("TFOpLambda is tf.keras 2's layer and Keras 3 has none: save the "
+                         "model as JSON or h5")
+
+
+class TensorFlowOpLayer(Layer):
+    """TF 2.2-2.3's TensorFlowOpLayer (tensorflow/python/keras/engine/
+    base_layer.py): one TensorFlow op, config.node_def (op, input, attr)
+    and config.constants ({"<input index>": value}; the layer's tensors
+    fill the other inputs in order). Read here: element-wise %s; unary %s;
+    and Mean, Sum (constant reduction_indices, attr keep_dims), Reshape (a
+    constant shape keeping the batch) and ConcatV2 (a constant axis last).
+    """ % (", ".join(_TF_BINARY), ", ".join(_TF_UNARY))
+
+    keras_class = "TensorFlowOpLayer"
+    _auto_name = "tf_op_layer"
+
+    def __init__(self, node_def=None, constants=None, **kw):
+        super().__init__(**kw)
+        op = node_def.get("op") if isinstance(node_def, dict) else None
+        if not isinstance(op, str):
+            raise ValueError("TensorFlowOpLayer needs node_def.op")
+        if op not in _TF_BINARY + _TF_UNARY + _TF_OTHER:
+            raise ValueError("TensorFlowOpLayer op '%s' (a TensorFlow operation recorded by "
+                             "tf.keras 2.2-2.3) is not supported: %s are"
+                             % (op, ", ".join(_TF_BINARY + _TF_UNARY + _TF_OTHER)))
+        self.node_def = node_def
+        self.constants = {str(k): v for k, v in (constants or {}).items()}
+
+    def _config(self):
+        return {"node_def": self.node_def, "constants": self.constants}
+
+    def _out_shape(self, shapes):
+        op = self.node_def["op"]
+        ins = self.node_def.get("input")
+        n = len(ins) if isinstance(ins, list) else len(shapes) + len(self.constants)
+        if n != len(shapes) + len(self.constants):
+            raise ValueError("TensorFlowOpLayer %s: node_def has %d inputs but the layer has "
+                             "%d tensors and %d constants"
+                             % (op, n, len(shapes), len(self.constants)))
+        # the op's operands in order: a tensor's dims, or ("c", value)
+        it = iter(shapes)
+        ops = [("c", self.constants[str(i)]) if str(i) in self.constants else next(it)
+               for i in range(n)]
+        if not shapes:
+            raise ValueError("TensorFlowOpLayer %s is called on a tensor" % op)
+        x = shapes[0]
+        if op in _TF_UNARY:
+            return list(x)
+        if op in _TF_BINARY:
+            if n != 2:
+                raise ValueError("TensorFlowOpLayer %s takes two inputs" % op)
+            a, b = (_tf_operand(o[1], len(x), op) if isinstance(o, tuple) else o for o in ops)
+            return _tf_broadcast(a, b, op)
+        if op == "ConcatV2":
+            ax = _tf_ints(ops[-1][1], "ConcatV2 axis") if isinstance(ops[-1], tuple) else None
+            if ax is None or len(ax) != 1 or any(isinstance(o, tuple) for o in ops[:-1]):
+                raise ValueError("TensorFlowOpLayer ConcatV2 takes the layer's tensors and a "
+                                 "constant axis last")
+            a = ax[0] + len(x) + 1 if ax[0] < 0 else ax[0]
+            if not 1 <= a <= len(x):
+                raise ValueError("TensorFlowOpLayer ConcatV2: axis %d is not a per-sample "
+                                 "axis of %s" % (ax[0], tuple(x)))
+            out = list(x)
+            out[a - 1] = sum(s[a - 1] for s in shapes)
+            return out
+        if n != 2 or not isinstance(ops[1], tuple):
+            raise ValueError("TensorFlowOpLayer %s takes one tensor and a constant" % op)
+        if op == "Reshape":
+            t = _tf_ints(ops[1][1], "Reshape shape")
+            if t[0] != -1:
+                raise ValueError("TensorFlowOpLayer Reshape: shape[0] is %d; only -1 (the "
+                                 "batch kept) is supported" % t[0])
+            if None not in x and _math.prod(t[1:]) != _math.prod(x):
+                raise ValueError("TensorFlowOpLayer Reshape: the shape holds %d values per "
+                                 "sample but the input has %d (the batch dim must be kept)"
+                                 % (_math.prod(t[1:]), _math.prod(x)))
+            return t[1:] or [1]
+        r = len(x) + 1
+        red = {a + r if a < 0 else a for a in _tf_ints(ops[1][1], op + " reduction_indices")}
+        if not red <= set(range(1, r)):
+            raise ValueError("TensorFlowOpLayer %s: reduction_indices %r must be per-sample "
+                             "axes of a rank-%d value" % (op, ops[1][1], r))
+        keep = bool(((self.node_def.get("attr") or {}).get("keep_dims") or {}).get("b"))
+        out = [1 if i + 1 in red else d for i, d in enumerate(x) if keep or i + 1 not in red]
+        return out or [1]
 
 
 _MERGE_MODES = ("concat", "sum", "mul", "ave")
@@ -2011,6 +2272,7 @@ class MultiHeadAttention(Layer):
     (value_dim), attention_output/kernel (heads, value_dim, out...),
     attention_output/bias (out...)."""
 
+    _kw_tensors = True  # value, key and the masks are keyword tensors
     keras_class = "MultiHeadAttention"
     _auto_name = "multi_head_attention"
     _TENSORS = ("query", "value", "key", "query_mask", "value_mask", "key_mask",

@@ -478,7 +478,9 @@ class Model(_layers._Called):
             ly._model_ref = weakref.ref(self)
         if self._pending is not None:
             # by name: the daemon lists the trainable weights first
-            self._compiled.set_weights(dict(zip(self._param_names(), self._pending)))
+            named = self._op_constants()
+            named.update(zip(self._param_names(), self._pending))
+            self._compiled.set_weights(named)
             self._pending = None
         return None
 
@@ -534,16 +536,48 @@ class Model(_layers._Called):
         if self._compiled is not None:
             self._compiled.reset_states()
 
+    def _op_constants(self, named=None):
+        """{name: array} of the daemon's parameters that no Keras layer
+        lists: the constants of recorded TensorFlow ops (TFOpLambda,
+        TensorFlowOpLayer), which the importer keeps as frozen parameters
+        "<layer>/..." (server/import/import_keras_tfop.c). Keras' weights
+        leave them out; setting the weights keeps them."""
+        ops = self._op_prefixes()
+        if not ops or self._compiled is None:
+            return {}
+        named = self._compiled.get_named_weights() if named is None else named
+        return {n: w for n, w in named.items() if n.startswith(ops)}
+
+    def _op_prefixes(self):
+        return tuple(n.name + "/" for n in (self._nodes or []) if isinstance(
+            n.layer, (_layers.TFOpLambda, _layers.TensorFlowOpLayer)))
+
     def get_weights(self):
         """The weights (from the daemon once compiled), Keras' order."""
         if self._compiled is None and self._pending is not None:
             return [w.copy() for w in self._pending]
-        return self._prog().get_weights()
+        if not self._op_prefixes():
+            return self._prog().get_weights()
+        named = self._prog().get_named_weights()
+        ops = self._op_constants(named)
+        return [w for n, w in named.items() if n not in ops]
 
     def set_weights(self, weights):
         """Set every weight (Keras' order). Before compile they are kept
         here and sent to the daemon by compile()."""
         if self._compiled is not None:
+            named = self._compiled.get_named_weights() if self._op_prefixes() else {}
+            ops = self._op_constants(named)
+            if ops and not isinstance(weights, dict):
+                # get_weights()' order, the recorded ops' constants kept
+                keep = [n for n in named if n not in ops]
+                weights = list(weights)
+                if len(weights) != len(keep):
+                    raise ValueError("set_weights wants %d arrays, got %d"
+                                     % (len(keep), len(weights)))
+                weights = dict(ops, **dict(zip(keep, weights)))
+            elif ops:
+                weights = dict(ops, **weights)
             self._compiled.set_weights(weights)
             return
         import numpy as np
@@ -768,7 +802,16 @@ def _node_call(node):
     keyword arguments (tensors as _Ref): Keras 2's [["name", node, 0,
     {kwargs}], ...] or Keras 3's {"args": [tensor(s)], "kwargs": {...}}."""
     if isinstance(node, list):
+        if node and isinstance(node[0], str):
+            # tf.keras' TFOpLambda keeps one first argument as the entry
+            # itself: [name, node, tensor, kwargs]
+            node = [node]
         kw = node[0][3] if node and len(node[0]) > 3 and isinstance(node[0][3], dict) else {}
+        if node and len(node[0]) > 2 and node[0][0] == "_CONSTANT_VALUE" and node[0][1] == -1:
+            # tf.keras' constant first argument (a TFOpLambda's 1 - x):
+            # the call's x
+            kw = dict(kw, x=node[0][2])
+            node = node[1:]
         srcs, kwargs = [(ref[0], ref[1] if len(ref) > 1 else 0, ref[2] if len(ref) > 2 else 0)
                         for ref in node], kw
     else:
@@ -862,8 +905,9 @@ def _functional_from_config(cfg, lays):
         for layer, name, calls in queue:
             while calls:
                 srcs, kwargs = calls[0]
-                mha = isinstance(layer, _layers.MultiHeadAttention)
-                # other layers' keyword arguments are not tensors they read
+                # MultiHeadAttention's and TFOpLambda's keyword arguments
+                # may be tensors; other layers' are not tensors they read
+                mha = getattr(layer, "_kw_tensors", False)
                 refs = srcs + ([v for v in kwargs.values() if isinstance(v, _Ref)]
                                if mha else [])
                 if any(not _made(made, r) for r in refs):

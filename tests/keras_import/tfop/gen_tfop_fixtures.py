@@ -14,6 +14,14 @@ Two Functional models of weightless layers, in the forms tf.keras writes:
 The expected outputs are NumPy transcriptions of the TensorFlow ops
 (Mul/Sub/AddV2/RealDiv/Maximum/Minimum with broadcasting; Sigmoid, Relu,
 Tanh, Softmax over the last axis as tf.nn.softmax).
+
+A third model puts a Dense layer before the ops the importer read later
+(LeakyRelu, Square, Sqrt, Rsqrt, Neg, ConcatV2, Mean and Sum with keep_dims
+true and false and negative axes, Reshape), as TF 2.3 writes them
+(json_format.MessageToDict: attr values {"f"}, {"b"}, {"i": "<int64>"},
+{"type"}), with the semantics of tensorflow/core/ops/math_ops.cc,
+array_ops.cc and nn_ops.cc; its Dense gradients are central finite
+differences of the NumPy forward in float64.
 """
 import json
 import os
@@ -30,13 +38,17 @@ def inp(name):
                        "sparse": False, "ragged": False, "name": name}}
 
 
-def tfop(name, op, ins, consts=None):
+def tfop(name, op, ins, consts=None, attr=None):
+    # the tensors fill the inputs that are not constants, in order
+    names, it = [], iter(ins)
+    for k in range(len(ins) + len(consts or {})):
+        names.append("%s/c%d" % (name, k) if str(k) in (consts or {})
+                     else "%s/Identity" % next(it))
     return {"class_name": "TensorFlowOpLayer", "name": "tf_op_layer_" + name,
             "config": {"name": name, "trainable": True, "dtype": "float32",
-                       "node_def": {"name": name, "op": op,
-                                    "input": ["%s/Identity" % i for i in ins] +
-                                    ["%s/c" % name] * len(consts or {}),
-                                    "attr": {"T": {"type": "DT_FLOAT"}}},
+                       "node_def": {"name": name, "op": op, "input": names,
+                                    "attr": dict({"T": {"type": "DT_FLOAT"}},
+                                                 **(attr or {}))},
                        "constants": consts or {}},
             "inbound_nodes": [[[i, 0, 0, {}] for i in ins]]}
 
@@ -104,21 +116,101 @@ m2 = model([
 y2 = np.maximum(np.array([0.3, 0.35, 0.4]), 3.0 / (2.0 * (1.0 - x) + 5.0))
 
 
-def case(name, m, y):
-    lab = rng.uniform(-1, 1, y.shape)
+# TensorFlowOpLayer ops read later, after a Dense layer "d" (4 units)
+U = 4
+idx = {"Tidx": {"type": "DT_INT32"}}
+d_layer = {"class_name": "Dense", "name": "d", "inbound_nodes": [[["x", 0, 0, {}]]],
+           "config": {"name": "d", "trainable": True, "dtype": "float32", "units": U,
+                      "activation": "linear", "use_bias": True,
+                      "kernel_initializer": {"class_name": "GlorotUniform",
+                                             "config": {"seed": None}},
+                      "bias_initializer": {"class_name": "Zeros", "config": {}},
+                      "kernel_regularizer": None, "bias_regularizer": None,
+                      "activity_regularizer": None, "kernel_constraint": None,
+                      "bias_constraint": None}}
+P = "tf_op_layer_"
+m3 = model([
+    inp("x"), d_layer,
+    tfop("LeakyRelu_1", "LeakyRelu", ["d"], attr={"alpha": {"f": 0.1}}),
+    tfop("Square_1", "Square", ["d"]),
+    tfop("AddV2_1", "AddV2", [P + "Square_1"], {"1": 0.5}),
+    tfop("Sqrt_1", "Sqrt", [P + "AddV2_1"]),
+    tfop("Rsqrt_1", "Rsqrt", [P + "AddV2_1"]),
+    tfop("Neg_1", "Neg", [P + "LeakyRelu_1"]),
+    tfop("concat_1", "ConcatV2", [P + "Sqrt_1", P + "Rsqrt_1", P + "Neg_1"], {"3": -1},
+         attr=dict(idx, N={"i": "3"})),
+    tfop("Mean_1", "Mean", [P + "concat_1"], {"1": [1]}, attr=dict(idx, keep_dims={"b": True})),
+    tfop("Sum_1", "Sum", [P + "concat_1"], {"1": -2}, attr=dict(idx, keep_dims={"b": False})),
+    tfop("Reshape_1", "Reshape", [P + "Mean_1"], {"1": [-1, 3, 4]},
+         attr={"Tshape": {"type": "DT_INT32"}}),
+    tfop("Reshape_2", "Reshape", [P + "Sum_1"], {"1": [-1, 3, 4]},
+         attr={"Tshape": {"type": "DT_INT32"}}),
+    tfop("Mul_1", "Mul", [P + "Reshape_1", P + "Reshape_2"]),
+    tfop("Mean_2", "Mean", [P + "Mul_1"], {"1": [-1, 1]}, attr=dict(idx, keep_dims={"b": True})),
+    tfop("Sum_2", "Sum", [P + "Mul_1"], {"1": [2]}, attr=dict(idx, keep_dims={"b": False})),
+    tfop("Reshape_3", "Reshape", [P + "Sum_2"], {"1": [-1, 3, 1]},
+         attr={"Tshape": {"type": "DT_INT32"}}),
+    tfop("AddV2_2", "AddV2", [P + "Mul_1", P + "Mean_2"]),
+    tfop("Sub_1", "Sub", [P + "AddV2_2", P + "Reshape_3"]),
+], P + "Sub_1")
+rng3 = np.random.default_rng(11)  # its own: the first cases keep their draws
+kernel = rng3.uniform(-0.8, 0.8, (F, U))
+bias = rng3.uniform(-0.3, 0.3, (U,))
+
+
+def f3(k, b):
+    h = x @ k + b
+    lr = np.where(h >= 0, h, 0.1 * h)  # nn_ops.cc LeakyRelu
+    a = h * h + 0.5
+    cat = np.concatenate([np.sqrt(a), 1 / np.sqrt(a), -lr], axis=-1)  # (B, T, 3U)
+    r1 = cat.mean(axis=1, keepdims=True).reshape(-1, 3, 4)
+    r2 = cat.sum(axis=-2).reshape(-1, 3, 4)
+    mul = r1 * r2
+    mean2 = mul.mean(axis=(2, 1), keepdims=True)
+    r3 = mul.sum(axis=2).reshape(-1, 3, 1)
+    return mul + mean2 - r3
+
+
+y3 = f3(kernel, bias)
+lab3 = rng3.uniform(-1, 1, y3.shape)
+
+
+def fd_grads(f, ws, lab):
+    """central differences of the MSE loss over each weight, in float64"""
+    out = []
+    for i, w in enumerate(ws):
+        g = np.zeros_like(w)
+        for j in np.ndindex(w.shape):
+            e = 1e-6
+            up = [v.copy() for v in ws]
+            dn = [v.copy() for v in ws]
+            up[i][j] += e
+            dn[i][j] -= e
+            g[j] = (((f(*up) - lab) ** 2).mean() - ((f(*dn) - lab) ** 2).mean()) / (2 * e)
+        out.append(g)
+    return out
+
+
+def case(name, m, y, lab=None, weights=None, grads=None):
+    lab = rng.uniform(-1, 1, y.shape) if lab is None else lab
     fl = lambda a: [float(v) for v in np.asarray(a, np.float32).ravel()]
     y32 = np.asarray(y, np.float32)
     return {"name": name, "model": json.dumps(m), "batch": B,
             "out_dims": list(y.shape[1:]), "x": fl(x), "labels": fl(lab),
             "output": fl(y), "loss": float(((y32 - lab.astype(np.float32)) ** 2).mean()),
-            "weights": {}, "grads": {}}
+            "weights": {k: fl(v) for k, v in (weights or {}).items()},
+            "grads": {k: fl(v) for k, v in (grads or {}).items()}}
 
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfop_ref.json")
 with open(out, "w") as f:
     json.dump({"generator": "gen_tfop_fixtures.py (NumPy %s)" % np.__version__,
                "cases": [case("TensorFlowOpLayer ops", m1, y1),
-                         case("TFOpLambda constant first", m2, y2)]},
+                         case("TFOpLambda constant first", m2, y2),
+                         case("TensorFlowOpLayer reductions and shapes", m3, y3, lab3,
+                              {"d/kernel": kernel, "d/bias": bias},
+                              dict(zip(("d/kernel", "d/bias"),
+                                       fd_grads(f3, [kernel, bias], lab3))))]},
               f, separators=(",", ":"))
     f.write("\n")
 print(out, os.path.getsize(out), "bytes")
