@@ -320,6 +320,10 @@ int rt_client_fit_rows(rt_client *c, const rt_client_fit_rows_params *p, rt_clie
                 if (rc < 0)
                     break;
                 one.dataset = ds.id;
+                /* the draws of augmented images: the whole set's epoch
+                 * and row ids (the position in the epoch's order) */
+                one.rows_before = lo;
+                one.whole_steps_per_epoch = r.steps_per_epoch;
             }
             one.val_dataset = NULL;
             one.epochs = 1;

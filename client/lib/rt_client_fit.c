@@ -192,6 +192,8 @@ int rt_client_fit(rt_client *c, const rt_client_fit_params *p, rt_client_fit_cb 
     req.learning_rate = p->learning_rate;
     req.checkpoint_every_steps = p->checkpoint_every_steps;
     req.checkpoint_every_s = p->checkpoint_every_s;
+    req.rows_before = p->rows_before;
+    req.whole_steps_per_epoch = p->whole_steps_per_epoch;
     req.fit_id = fit_id();
     req.merge_events = 1; /* fit_stream takes FitEvent.epoch_ends */
     /* every stream of the fit gets the caller's deadline, and the cancel

@@ -755,6 +755,11 @@ typedef struct rt_client_fit_params {
     /* durable daemon: a checkpoint every N steps / T seconds of this fit,
      * in place of the daemon's default (0); its epoch ends always get one */
     uint32_t checkpoint_every_steps, checkpoint_every_s;
+    /* dataset is a chunk of a larger set (rt_client_fit_rows sets them):
+     * its first row's id in the whole set, a multiple of the batch size,
+     * and the whole set's steps per epoch, so augmented images are drawn
+     * as in one upload of the whole (FitRequest.rows_before); 0, 0: none */
+    uint64_t rows_before, whole_steps_per_epoch;
 } rt_client_fit_params;
 
 /* Runs the Fit stream; cb (may be NULL) sees each event in order. Returns 0

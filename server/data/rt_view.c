@@ -118,12 +118,33 @@ int rt_view_make(rt_dataset *ds, const rt_view_spec *v, int need_labels, rt_stre
     return 0;
 }
 
-int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step, rt_data *d, char *err,
-                  size_t errlen)
+int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step,
+                  const rt_view_chunk *ck, rt_data *d, char *err, size_t errlen)
 {
     if (!ds->img)
         return 0;
     int64_t spe = (d->n + v->batch_size - 1) / v->batch_size;
+    uint64_t row0 = 0;
+    if (ck && (ck->rows_before || ck->whole_spe)) {
+        /* the whole set's epoch: its steps before this chunk's first row
+         * are not this chunk's, the epoch started that many steps ago */
+        const uint64_t bs = (uint64_t)v->batch_size, before = ck->rows_before / bs;
+        if (ck->rows_before % bs || ck->whole_spe < before + (uint64_t)spe ||
+            ck->whole_spe > (uint64_t)INT64_MAX) {
+            snprintf(err, errlen,
+                     "a chunk of rows %llu..%llu (%lld steps of %d) does not fit a whole of "
+                     "%llu steps per epoch (rows_before: a multiple of the batch size)",
+                     (unsigned long long)ck->rows_before,
+                     (unsigned long long)(ck->rows_before + (uint64_t)d->n), (long long)spe,
+                     v->batch_size, (unsigned long long)ck->whole_spe);
+            return RT_EINVAL;
+        }
+        row0 = ck->rows_before;
+        spe = (int64_t)ck->whole_spe;
+        global_step -= (int64_t)before;
+        if (global_step < 0)
+            global_step = 0;
+    }
     uint64_t epoch = (uint64_t)(global_step / (spe > 0 ? spe : 1));
     const rt_image_spec *m = &ds->img_spec;
     d->aug = (rt_augment){.img = ds->img,
@@ -135,7 +156,8 @@ int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step, rt
                           .flip = m->flip,
                           .brightness = m->brightness,
                           .contrast = m->contrast,
-                          .epoch = epoch};
+                          .epoch = epoch,
+                          .row0 = row0};
     memcpy(d->aug.mean, m->mean, sizeof d->aug.mean);
     memcpy(d->aug.std, m->std, sizeof d->aug.std);
     return 0;

@@ -61,12 +61,23 @@ const char *rt_view_layout_hint(int an, const int64_t *a, int bn, const int64_t 
 int rt_view_make(rt_dataset *ds, const rt_view_spec *v, int need_labels, rt_stream_use *use,
                  rt_data *d, char *err, size_t errlen);
 
+/* A data set that is a chunk of a larger one (a client's fit over rows
+ * larger than one upload, FitRequest.rows_before): its first row's id in
+ * the whole set (a multiple of the batch size) and the whole set's steps
+ * per epoch. {0, 0}: the data set is the whole. */
+typedef struct rt_view_chunk {
+    uint64_t rows_before, whole_spe;
+} rt_view_chunk;
+
 /* A dataset with image augmentation: d->aug asks the training step's
  * gather for the images of the epoch that global_step is in, drawn from
- * the plan's seed, so a rerun or a resumed run sees the same images.
- * Returns 0 (also without augmentation). */
-int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step, rt_data *d, char *err,
-                  size_t errlen);
+ * the plan's seed, so a rerun or a resumed run sees the same images. A
+ * chunk (ck not NULL and set) draws as the whole set would: on the
+ * whole set's epoch (of the steps before the chunk's first) and the rows'
+ * ids in it. Returns 0 (also without augmentation), or RT_EINVAL for a
+ * chunk that does not fit its whole. */
+int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step,
+                  const rt_view_chunk *ck, rt_data *d, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

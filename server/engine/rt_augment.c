@@ -16,8 +16,9 @@ void rt_aug_draws(const rt_augment *a, uint64_t seed, uint64_t sample, rt_aug_dr
 {
     memset(d, 0, sizeof *d);
     d->contrast = 1.0f;
-    /* 8 counters per (epoch, sample); epochs in the high 24 bits */
-    const uint64_t base = ((a->epoch << 40) ^ sample) * 8;
+    /* 8 counters per (epoch, row id); epochs in the high 24 bits; a
+     * chunk's row ids are its whole set's (row0) */
+    const uint64_t base = ((a->epoch << 40) ^ (sample + a->row0)) * 8;
     if (a->crop_pad > 0) {
         const int span = 2 * a->crop_pad + 1;
         d->dx = (int)(rt__unit(seed, base + 0) * (float)span) - a->crop_pad;

@@ -501,6 +501,7 @@ typedef struct rt_augment {
     int crop_pad, flip;
     float brightness, contrast;
     uint64_t epoch; /* the draws' epoch */
+    uint64_t row0;  /* the id of the data set's first row (a chunk's in its whole) */
 } rt_augment;
 
 /* One sample's draws. */

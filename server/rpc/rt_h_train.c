@@ -252,6 +252,8 @@ static int fit_run(rt_call *c)
                     .progress_every = q->progress_every,
                     .every_steps = q->checkpoint_every_steps,
                     .every_s = q->checkpoint_every_s};
+    in.chunk =
+        (rt_view_chunk){.rows_before = q->rows_before, .whole_spe = q->whole_steps_per_epoch};
     if (c->srv->state)
         in.ckpt_continue = rt_h_ckpt_continue(c, q->checkpoint_policy);
     fit_answer a = {.c = c};

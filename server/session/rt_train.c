@@ -374,7 +374,8 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         /* the step only matters to a set with augmentation (its epoch's
          * images), as stop_for_val knows */
         int64_t gs = ctx->ds->img ? rt_exec_global_step(e) : 0;
-        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &d, verr, sizeof verr)) < 0) {
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, NULL, &d, verr, sizeof verr)) <
+            0) {
             rt_program_run_end(p);
             snprintf(err, errlen, "dataset %s: %s", ctx->ds->id, verr);
             return rc;
@@ -766,7 +767,8 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         /* the step only matters to a set with augmentation (its epoch's
          * images), as in RunSteps */
         int64_t gs = ctx->ds->img ? rt_exec_global_step(rt_program_exec(p)) : 0;
-        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &d, verr, sizeof verr)) < 0)
+        if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &in->chunk, &d, verr,
+                                sizeof verr)) < 0)
             return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);
         f.mark = rt_now_ns();
         rt_train_result res;

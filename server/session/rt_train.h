@@ -242,6 +242,7 @@ typedef struct rt_fit_in {
     uint32_t progress_every;       /* a StepProgress every N steps, 0: none */
     uint32_t every_steps, every_s; /* the fit's checkpoint intervals */
     int ckpt_continue;             /* a failed checkpoint is logged, not the call's failure */
+    rt_view_chunk chunk;           /* the data set is a chunk of a larger one (rt_view_epoch) */
 } rt_fit_in;
 
 typedef struct rt_fit_out {

@@ -15,9 +15,11 @@
 #     nothing changes, bit for bit, and with weight 1 everywhere it does;
 #   - eval prints the one-upload figures (metrics combined by rows); predict
 #     writes the one-upload outputs in row order (within 1e-6);
-#   - --augment draws per (seed, epoch, row of the chunk's data set): the
-#     same seed repeats a chunked run bit for bit, and the draws are made
-#     (the weights differ from the run without augmentation).
+#   - --augment draws per (seed, epoch, row id), a chunk's rows and epoch
+#     being the whole set's (FitRequest.rows_before, whole_steps_per_epoch):
+#     an augmented fit in chunks ends on the one-upload fit's weights, byte
+#     for byte, the same seed repeats it, and the draws are made (the
+#     weights differ from the run without augmentation).
 set -uo pipefail
 rtraind=$1 rtrain=$2 src=$3
 . "$src/tests/lib/e2e.sh"
@@ -206,15 +208,24 @@ has "$tmp/err" "predicted in chunks" "features-only CSV: predict goes in chunks"
 assert a.shape == (5000, 4) and np.allclose(a, b, rtol=1e-6, atol=1e-7)' "$tmp/p1.npy" "$tmp/p2.npy" &&
   ok "features-only CSV: the same outputs" || bad "features-only CSV: the outputs differ"
 
-# --- augmentation in chunks: reproducible by seed, and drawn
+# --- augmentation in chunks: the one upload's draws, reproducible by seed
 AUG=(fit --model "$src/tests/data/cnn16.json" --image-size 16x16 --data "$tmp/imgs/train" "${SCE[@]}"
-     "${COMMON[@]}" --server "$small")
-expect_rc 0 "augmented in chunks" -- "$rtrain" "${AUG[@]}" --augment flip,crop=2 \
+     "${COMMON[@]}")
+AUGS=flip,crop=2,brightness=0.2,contrast=0.3
+# unshuffled: the one upload's batches (shuffled chunks are permuted here)
+expect_rc 0 "augmented, one upload" -- "$rtrain" "${AUG[@]}" --augment "$AUGS" --server "$addr" \
+  --no-shuffle --save-weights "$tmp/g0.bin"
+expect_rc 0 "augmented in chunks, unshuffled" -- "$rtrain" "${AUG[@]}" --augment "$AUGS" \
+  --server "$small" --no-shuffle --save-weights "$tmp/g4.bin"
+expect_rc 0 "augmented in chunks" -- "$rtrain" "${AUG[@]}" --augment "$AUGS" --server "$small" \
   --save-weights "$tmp/g1.bin"
 has "$tmp/err" "sent in chunks of whole batches" "the image folder goes in chunks"
-expect_rc 0 "augmented in chunks, again" -- "$rtrain" "${AUG[@]}" --augment flip,crop=2 \
-  --save-weights "$tmp/g2.bin"
-expect_rc 0 "not augmented, in chunks" -- "$rtrain" "${AUG[@]}" --save-weights "$tmp/g3.bin"
+expect_rc 0 "augmented in chunks, again" -- "$rtrain" "${AUG[@]}" --augment "$AUGS" \
+  --server "$small" --save-weights "$tmp/g2.bin"
+expect_rc 0 "not augmented, in chunks" -- "$rtrain" "${AUG[@]}" --server "$small" \
+  --save-weights "$tmp/g3.bin"
+cmp -s "$tmp/g0.bin" "$tmp/g4.bin" && ok "augmented: chunks draw the one upload's images" ||
+  bad "augmented: the chunked fit's weights differ from the one upload's"
 cmp -s "$tmp/g1.bin" "$tmp/g2.bin" && ok "augmented: the same seed, the same weights" ||
   bad "augmented: the same seed gave other weights"
 cmp -s "$tmp/g1.bin" "$tmp/g3.bin" && bad "augmented = not augmented: no draws were made" ||

@@ -801,6 +801,11 @@ class CompiledModel:
         if self._pending_weights is not None:
             w, self._pending_weights = self._pending_weights, None
             self.set_weights(w)
+        pend = getattr(self, "_pending_opt_vars", None)
+        if pend is not None:  # a .keras file's optimizer/vars (saving.py)
+            self._pending_opt_vars = None
+            from . import saving
+            saving.apply_optimizer_vars(self, pend)
 
     def _compile(self, key):
         if self._p is None and self._unbound and "input_shape" not in self._opts:

@@ -486,9 +486,8 @@ def save_tfjs(model, path, overwrite=True):
 # "dense_1", ...); a recurrent layer keeps its variables in its cell
 # (layers/lstm/cell/vars), Bidirectional in forward_layer/cell and
 # backward_layer/cell. Sequential.layers leaves the InputLayer out;
-# Functional.layers has it. The optimizer's variables (optimizer/vars) are
-# not written: rtrain's optimizer state lives on the daemon
-# (save_checkpoint keeps it); Keras then starts its optimizer afresh.
+# Functional.layers has it. The optimizer's variables: optimizer/vars
+# (below).
 
 KERAS3_VERSION = "3.5.0"
 _ZIP_MAX_CONFIG = 64 << 20  # a config.json larger than this is refused
@@ -757,6 +756,7 @@ def save_keras(model, filepath, overwrite=True):
     buf = io.BytesIO()
     with h5py.File(buf, "w") as f:
         _write_keras3_weights(f, model, km, order)
+        _write_optimizer_vars(f, model, km)
     meta = {"keras_version": KERAS3_VERSION,
             "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S")}
     tmp = path + ".tmp"
@@ -799,8 +799,291 @@ def load_keras(filepath, compile=True, client=None):
                      _keras_paths([ld["class_name"] for ld in listed])))
     with h5py.File(io.BytesIO(weights), "r") as f:
         values = _read_keras3_weights(f, model, paths, "model.weights.h5")
-    cc = doc.get("compile_config")
-    if compile and cc:
-        compile_from_config(model, cc, client)
-    _set_named(model, values)
+        cc = doc.get("compile_config")
+        if compile and cc:
+            compile_from_config(model, cc, client)
+        _set_named(model, values)
+        if compile and cc:
+            _read_optimizer_vars(f, model, _keras_model(model), "model.weights.h5")
     return model
+
+
+# ------------------------------------------- the optimizer's variables
+
+# Keras 3 writes the optimizer's variables in optimizer/vars as datasets
+# "0", "1", ... in Optimizer.variables order (keras/src/optimizers/
+# base_optimizer.py save_own_variables: `store[str(i)] = variable.numpy()`
+# for self.variables): "iteration" (int64 on TensorFlow, int32 on JAX),
+# "learning_rate" (float32; none when the rate is a schedule or a
+# callable), then build()'s slots for model.trainable_variables, which
+# add_optimizer_variables interleaves ("Interleaves adding variables for
+# backward-compatibility"): Adam's momentum and velocity of the first
+# variable, then of the second, ... Nadam then adds u_product.
+# rtrain's slots live on the daemon, in the exec's state blob that
+# pull_state returns (server/durable/rt_ckpt.c, server/engine/rt_exec.c
+# rt_exec_state_spans): each parameter at a 16-float aligned offset,
+# program order, its two slots at the same place in the trainable block.
+
+# Keras' slot names per trainable variable, and the daemon slot each is
+# (rt_kern_optim.c: s1, s2)
+_OPT_SLOTS = {"sgd": (), "adam": ("momentum", "velocity"),
+              "adamw": ("momentum", "velocity"), "rmsprop": ("velocity",),
+              "adagrad": ("accumulator",),
+              "adadelta": ("accumulated_grad", "accumulated_delta_var"),
+              "adamax": ("momentum", "norm"), "nadam": ("momentum", "velocity"),
+              "ftrl": ("accumulator", "linear")}
+_EXEC_PF, _EXEC_TF, _EXEC_STEP = 16, 24, 32  # rt__state_hdr's fields
+
+
+def _opt_slot_names(opt):
+    names = _OPT_SLOTS.get(opt.name)
+    if names is None:
+        raise ValueError("optimizer %s: its variables are not mapped to Keras'" % opt.name)
+    if opt.name == "sgd" and opt.momentum:
+        names = ("momentum",)
+    if opt.name == "rmsprop" and opt.momentum:
+        raise ValueError("RMSprop with momentum: Keras keeps a momentum slot the daemon's "
+                         "RMSprop has not (save to .h5 or use momentum=0)")
+    return names
+
+
+def _opt_has_lr(opt):
+    """Keras keeps a learning_rate variable for a float rate only."""
+    return opt.schedule is None
+
+
+def _nadam_u_product(beta_1, t):
+    """keras/src/optimizers/nadam.py's u_product after t steps."""
+    u = _np.float32(1.0)
+    for k in range(1, t + 1):
+        u = _np.float32(u * _np.float32(beta_1 * (1.0 - 0.5 * 0.96 ** k)))
+    return u
+
+
+def _keras_trainable(km, order=None):
+    """The names of the model's trainable weights in Keras'
+    model.trainable_variables order (each layer of model.layers, its
+    trainable variables in the order its vars groups hold them)."""
+    order = _keras_order(km) if order is None else order
+    out = []
+    for n in order:
+        if isinstance(km, _models.Sequential) and isinstance(n.layer, _layers_mod().InputLayer):
+            continue
+        if isinstance(n.layer, _models.Model):
+            out += _keras_trainable(n.layer)
+            continue
+        specs = n.weight_specs()
+        for _, part in _var_groups(n.layer, "l"):
+            out += [specs[i][0] for i in _split_specs(specs, part) if specs[i][2]]
+    return out
+
+
+def _ckpt_exec(blob):
+    """(offset, length) of the exec state in a daemon checkpoint:
+    "RTCKPT1\\0", u64 req_len, req, u64 meta_len, meta, u64 exec_len, exec,
+    u64 XXH3-64 (server/durable/rt_ckpt.c)."""
+    import struct
+    if blob[:8] != b"RTCKPT1\0":
+        raise ValueError("the daemon's state is not a checkpoint (RTCKPT1)")
+    o = 8
+    for _ in range(2):
+        o += 8 + struct.unpack_from("<Q", blob, o)[0]
+    n = struct.unpack_from("<Q", blob, o)[0]
+    if o + 8 + n + 8 != len(blob) or blob[o + 8:o + 14] != b"RTEXEC":
+        raise ValueError("the daemon's checkpoint has an unexpected layout")
+    return o + 8, n
+
+
+def _seal(blob):
+    """The checkpoint with its XXH3-64 recomputed."""
+    import struct
+    from . import _rtrain
+    return blob[:-8] + struct.pack("<Q", _rtrain.xxh3_64(blob[:-8]))
+
+
+class _SlotLayout:
+    """Where each parameter and its slots lie in a pulled state: the
+    exec's offset, the floats of the parameter and trainable blocks, and
+    per name [param offset, slot offset or -1, shape, numel]; the block
+    is checked against get_weights, parameter by parameter."""
+
+    def __init__(self, c, blob):
+        import struct
+        self.eo, self.elen = _ckpt_exec(blob)
+        pf, tf = struct.unpack_from("<qq", blob, self.eo + _EXEC_PF)
+        self.pf, self.tf = pf, tf
+        params = c._prog.report["params"]
+        step, named = c._prog.get_weights()[:2]
+        named = dict(named)
+        self.params, off, goff = {}, 0, 0
+        for p in params:
+            name, trainable = p[0], bool(p[2])
+            shape = tuple(_np.shape(named[name]))  # the user's (get_weights')
+            numel = int(_np.prod(shape)) if shape else 1
+            self.params[name] = [off, goff if trainable else -1, shape, numel]
+            off += (numel + 15) & ~15
+            if trainable:
+                goff += (numel + 15) & ~15
+        if off != pf or goff != tf:
+            raise ValueError("the daemon's state holds %d/%d parameter/slot floats, the "
+                             "program lists %d/%d" % (pf, tf, off, goff))
+        # the parameter block follows the header (its size is the build's,
+        # a stateful RNN's states follow the slots): find it by a parameter
+        # of distinct values that the daemon keeps in the user's order
+        ex = blob[self.eo:self.eo + self.elen]
+        base = None
+        for name, (o, _, _, numel) in self.params.items():
+            w = _np.ascontiguousarray(named[name], "<f4").reshape(-1)
+            if numel < 4 or len(_np.unique(w)) < 4:
+                continue
+            at = ex.find(w.tobytes())
+            if at >= 0 and at % 4 == 0 and 0 <= at - 4 * o <= self.elen - 4 * (pf + 2 * tf):
+                base = at - 4 * o
+                break
+        if base is None:
+            base = self.elen - 4 * (pf + 2 * tf)  # no state after the slots
+        self.base = self.eo + base
+        self.w0 = self.base
+        self.s1 = self.base + 4 * pf
+        self.s2 = self.s1 + 4 * tf
+        self.step = step
+        for name, e in self.params.items():
+            got = self.floats(blob, self.w0, e[0], e[3])
+            if not _np.array_equal(got, _np.asarray(named[name], _np.float32).reshape(-1)):
+                # a parameter view (rt_graph_set_param_view) that moves
+                # elements: the Keras importer's channels_first Flatten
+                # folded into a Dense, which no Python-built model has
+                raise ValueError("weight %s: the daemon keeps it in another order than "
+                                 "get_weights; its optimizer slots cannot be read" % name)
+
+    def floats(self, blob, start, off, n):
+        return _np.frombuffer(blob, "<f4", n, start + 4 * off).copy()
+
+    def get(self, blob, name, slot):
+        """A slot of a weight (slot 1 or 2), in the user's shape."""
+        o, g, shape, numel = self.params[name]
+        return self.floats(blob, self.s1 if slot == 1 else self.s2, g, numel).reshape(shape)
+
+    def put(self, b, name, slot, value):
+        o, g, shape, numel = self.params[name]
+        v = _np.asarray(value, _np.float32).reshape(-1)
+        start = (self.s1 if slot == 1 else self.s2) + 4 * g
+        b[start:start + 4 * numel] = v.astype("<f4").tobytes()
+
+
+def _opt_state(model):
+    """(compiled program, Optimizer) of a model trained on a daemon, or
+    None (not compiled, not yet sent, or a model without Keras layers)."""
+    c = _compiled_of(model)
+    if c is None or getattr(c, "_p", None) is None or getattr(c, "_onnx", None) is not None:
+        return None
+    opt = getattr(c, "optimizer", None)
+    if opt is None or getattr(opt, "name", None) not in _OPT_SLOTS:
+        return None
+    return c, opt
+
+
+def _write_optimizer_vars(f, model, km):
+    """optimizer/vars of a compiled, trained model, in Keras 3's layout
+    (see above); nothing before the first step (Keras' optimizer is not
+    built then either)."""
+    got = _opt_state(model)
+    if got is None:
+        return
+    c, opt = got
+    blob = c._prog.pull_state()
+    lay = _SlotLayout(c, blob)
+    if lay.step <= 0:
+        return
+    names = _opt_slot_names(opt)
+    g = f.create_group("optimizer/vars")
+    vals = [_np.asarray(lay.step, _np.int64)]
+    if _opt_has_lr(opt):
+        vals.append(_np.asarray(c.learning_rate, _np.float32))
+    for w in _keras_trainable(km):
+        if w not in lay.params or lay.params[w][1] < 0:
+            raise ValueError("weight %s: the daemon has no optimizer slots for it" % w)
+        for k in range(len(names)):
+            vals.append(lay.get(blob, w, k + 1))
+    if opt.name == "nadam":
+        vals.append(_nadam_u_product(opt.beta_1, int(lay.step)))
+    for i, v in enumerate(vals):
+        g.create_dataset(str(i), data=v)
+
+
+def _read_optimizer_vars(f, model, km, what):
+    """Restore optimizer/vars (Keras 3's layout, written by rtrain or
+    Keras) into the daemon's program of a compiled model: its slots, its
+    step (Adam's bias correction, the schedules) and a float rate. A file
+    without them leaves a fresh optimizer, as Keras. A program still to be
+    bound (null input dims) gets them when fit/evaluate/predict binds it."""
+    g = f.get("optimizer/vars")
+    c = _compiled_of(model)
+    if g is None or len(g) == 0 or c is None:
+        return
+    vals = [_np.asarray(g[str(i)]) if str(i) in g else None for i in range(len(g))]
+    pend = (vals, _keras_trainable(km), what)
+    if getattr(c, "_p", None) is None and getattr(c, "_unbound", False):
+        c._pending_opt_vars = pend
+        return
+    apply_optimizer_vars(c, pend)
+
+
+def apply_optimizer_vars(c, pend):
+    """optimizer/vars' arrays (vals, the weights in Keras' trainable order,
+    the file's name for messages) into compiled program c."""
+    vals, train, what = pend
+    opt = getattr(c, "optimizer", None)
+    if getattr(c, "_onnx", None) is not None or opt is None:
+        return
+    names = _opt_slot_names(opt)
+    has_lr = _opt_has_lr(opt)
+    head = 2 if has_lr else 1
+    want = head + len(names) * len(train) + (1 if opt.name == "nadam" else 0)
+    it = int(vals[0]) if vals and vals[0] is not None and vals[0].shape == () else None
+    if it == 0 and len(vals) <= 2:
+        return  # Keras' optimizer, not built yet: iteration 0, no slots
+    if len(vals) != want or any(v is None for v in vals) or it is None or it < 0:
+        # Keras' load_own_variables: "Skipping variable loading for
+        # optimizer ..." (a warning; the optimizer starts afresh)
+        import warnings
+        warnings.warn("%s: skipping the optimizer's variables: optimizer/vars holds %d, a "
+                      "built %s over this model's %d trainable weights has %d (iteration%s, "
+                      "%d slot(s) each%s); the optimizer starts afresh"
+                      % (what, len(vals), type(opt).__name__, len(train), want,
+                         ", learning_rate" if has_lr else "", len(names),
+                         ", u_product" if opt.name == "nadam" else ""), stacklevel=3)
+        return
+    named = dict(c._prog.get_weights()[1])
+    trainable = {p[0]: bool(p[2]) for p in c._prog.report["params"]}
+    if has_lr and not (vals[1].shape == () and 0 < float(vals[1]) < float("inf")):
+        raise ValueError("%s: optimizer/vars/1 (learning_rate) is %r, not a positive rate"
+                         % (what, vals[1]))
+    k = head
+    for w in train:
+        if not trainable.get(w, False):
+            raise ValueError("weight %s: the daemon has no optimizer slots for it (frozen "
+                             "there, trainable in the file's model)" % w)
+        for s in range(len(names)):
+            v = vals[k]
+            want_shape = tuple(_np.shape(named[w])) if w in named else None
+            if tuple(v.shape) != want_shape:
+                raise ValueError("%s: optimizer/vars/%d (%s of %s) has shape %s, the weight "
+                                 "%s" % (what, k, names[s], w, tuple(v.shape), want_shape))
+            if not _np.all(_np.isfinite(v)):
+                raise ValueError("%s: optimizer/vars/%d (%s of %s) is not finite"
+                                 % (what, k, names[s], w))
+            k += 1
+    blob = c._prog.pull_state()
+    lay = _SlotLayout(c, blob)
+    b = bytearray(blob)
+    k = head
+    for w in train:
+        for s in range(len(names)):
+            lay.put(b, w, s + 1, vals[k])
+            k += 1
+    import struct
+    struct.pack_into("<q", b, lay.eo + _EXEC_STEP, it)
+    c._prog.push_state(_seal(bytes(b)))
+    if has_lr and _np.float32(vals[1]) != _np.float32(opt.learning_rate):
+        opt.learning_rate = float(vals[1])  # the next run sets it (Keras assigns it)

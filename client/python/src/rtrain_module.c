@@ -39,6 +39,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "rtrain/rtrain.h"
 #include "rt_progress.h"
 #include "rt_version.h"
@@ -2514,6 +2516,20 @@ static PyObject *mod_tb_close(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* xxh3_64(buffer) -> int: the XXH3-64 a daemon checkpoint ends with
+ * (server/durable/rt_ckpt.c), for a state the client edits before pushing
+ * it (saving.py writes a .keras file's optimizer variables into one). */
+static PyObject *mod_xxh3_64(PyObject *m, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*:xxh3_64", &b))
+        return NULL;
+    XXH64_hash_t h;
+    Py_BEGIN_ALLOW_THREADS h = XXH3_64bits(b.buf, (size_t)b.len);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLongLong((unsigned long long)h);
+}
+
 static PyMethodDef module_methods[] = {
     {"strerror", mod_strerror, METH_VARARGS, "strerror(code) -> (name, text) for an RT_E* code."},
     {"tb_open", mod_tb_open, METH_VARARGS, "tb_open(log_dir) -> a TensorBoard log (rtrain_tb.h)."},
@@ -2522,6 +2538,7 @@ static PyMethodDef module_methods[] = {
     {"tb_call", mod_tb_call, METH_VARARGS,
      "tb_call(log, timings): one call's timing/<Method>/<part>_ms scalars."},
     {"tb_close", mod_tb_close, METH_VARARGS, "tb_close(log)."},
+    {"xxh3_64", mod_xxh3_64, METH_VARARGS, "xxh3_64(buffer) -> XXH3-64 of the bytes."},
     {NULL}};
 
 static struct PyModuleDef rtrain_module = {
