@@ -135,13 +135,11 @@ cfg_flags() {
   [ -f "$dir/CMakeCache.txt" ] || flags+=(-G Ninja)
 }
 
-total_pass=0 total_skip=0 total_fail=0 status=0 times=()
-for cfg in $configs; do
-  cfg_flags "$cfg"
-  skips_var=skips_$cfg
-  echo "=== configuration: $cfg ($dir)"
-  t0=$SECONDS
-  cmake -S . -B "$dir" "${flags[@]}" >/dev/null
+# select_cfg CFG: after cfg_flags and the configure, the ctest arguments
+# of CFG's selection in $select, its tests' environment in $env_run and the
+# build's targets in $targets (none: the whole tree).
+select_cfg() {
+  local cfg=$1
   select=() env_run=() targets=()
   if [ "$cfg" = asan ]; then
     select=(-LE 'netns|backend_ref|source|packages|bench')
@@ -161,8 +159,6 @@ for cfg in $configs; do
     # and the test passes under TSan.) It runs in the plain and ASan
     # configurations.
     select=(-L 'integration|unit|fuzz' -LE 'data|python|source' -E '^durable_e2e$')
-    export OMP_NUM_THREADS=1 # libgomp's barriers are invisible to TSan
-    rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
     # Only what the selected tests run is built (in a Ninja folder): the
     # files under the build folder that their command lines name (rtraind,
     # rtrain, the test programs), ninja's own targets; about half the tree,
@@ -193,9 +189,48 @@ print("\n".join(sorted(outs)))' "$PWD/$dir")
       targets=(--target "${built[@]}")
     fi
   fi
+}
+
+# build_cfg CFG: configure and build CFG's folder (what its tests run).
+build_cfg() {
+  cfg_flags "$1"
+  cmake -S . -B "$dir" "${flags[@]}" >/dev/null
+  select_cfg "$1"
   cmake --build "$dir" -j"$jobs" "${targets[@]}"
+}
+
+# The next configuration builds while this one's tests run, at nice 19:
+# the tests keep the CPUs they use (their limits are the quiet machine's
+# times 3), the build takes what they leave idle (tests waiting on a
+# daemon's restart, MPI's launches, a checkpoint's fsync: about an eighth
+# of the plain run's CPU time). Its log is printed if it fails; the
+# configuration's own build step then builds what is left (nothing, or
+# the failure again, in the foreground).
+read -ra cfg_list <<<"$configs"
+total_pass=0 total_skip=0 total_fail=0 status=0 times=() bg_pid=""
+for i in "${!cfg_list[@]}"; do
+  cfg=${cfg_list[$i]}
+  skips_var=skips_$cfg
+  t0=$SECONDS
+  if [ -n "$bg_pid" ]; then
+    wait "$bg_pid" || { echo "=== $cfg: the background build failed:"; cat "$bg_log"; }
+    bg_pid=""
+  fi
+  echo "=== configuration: $cfg ($(cfg_flags "$cfg"; echo "$dir"))"
+  build_cfg "$cfg"
   t1=$SECONDS
+  next=${cfg_list[$((i + 1))]:-}
+  if [ -n "$next" ]; then
+    bg_log=$PWD/$(cfg_flags "$next"; echo "$dir")/background-build.log
+    mkdir -p "${bg_log%/*}"
+    # (renice of the subshell itself: its children inherit it; the
+    # script and the tests share one process group, so not -g)
+    (renice -n 19 -p "$BASHPID" >/dev/null && build_cfg "$next") </dev/null >"$bg_log" 2>&1 &
+    bg_pid=$!
+  fi
   if [ "$cfg" = tsan ]; then
+    export OMP_NUM_THREADS=1 # libgomp's barriers are invisible to TSan
+    rm -rf "$dir/tsan-logs" && mkdir -p "$dir/tsan-logs"
     # history_size=7 (the most): TSan keeps enough history to restore both
     # stacks of a report, so the gRPC suppressions can match the side that
     # is inside libgrpc instead of it showing "failed to restore the stack".
