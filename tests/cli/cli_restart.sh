@@ -21,13 +21,14 @@ FIT=(fit --model "$ex/model.json" --data "$ex/train_shuffled.csv"
 
 # wait_epoch LOG N PID: until the CLI printed epoch N (or ended)
 wait_epoch() {
-  until grep -qs "^Epoch $2/" "$1" || ! kill -0 "$3" 2>/dev/null; do sleep 0.01; done
+  until log_has "$1" "Epoch $2/*" || ! kill -0 "$3" 2>/dev/null; do nap 0.01; done
 }
 # wait_exit PID S: the CLI's exit code, or 124 if it still runs after S s
 wait_exit() {
-  for _ in $(seq 1 $(($2 * 10))); do
+  local n
+  for ((n = 0; n < $2 * 10; n++)); do
     kill -0 "$1" 2>/dev/null || { wait "$1"; return $?; }
-    sleep 0.1
+    nap 0.1
   done
   kill "$1"; wait "$1" 2>/dev/null
   return 124
@@ -40,8 +41,8 @@ restart() {
   for _ in $(seq 1 50); do
     "$rtraind" --listen "$a" --log-level warn "$@" >"$log" 2>&1 &
     dpid=$!
-    until grep -q "^rtraind listening on" "$log" || ! kill -0 "$dpid" 2>/dev/null; do
-      sleep 0.01
+    until log_has "$log" "rtraind listening on*" || ! kill -0 "$dpid" 2>/dev/null; do
+      nap 0.01
     done
     kill -0 "$dpid" 2>/dev/null && return 0
     wait "$dpid" 2>/dev/null

@@ -129,14 +129,15 @@ start_daemon "$tmp/daemon-pause.log" --log-level warn --state-dir "$tmp/state" \
   "${SCE[@]}" --epochs 6 --batch-size 21 --steps-per-call 1 --in-flight 1 --reattach-s 0 \
   >"$tmp/re.out" 2>"$tmp/re.err" &
 cpid=$!
-until [ "$(awk '{print $3}' "/proc/$dpid/stat" 2>/dev/null)" = T ]; do
+paused() { local st; { read -r _ _ st _ <"/proc/$1/stat"; } 2>/dev/null && [ "$st" = T ]; }
+until paused "$dpid"; do
   kill -0 "$dpid" 2>/dev/null && kill -0 "$cpid" 2>/dev/null || break
-  sleep 0.01
+  nap 0.01
 done
 [ "$(awk '{print $3}' "/proc/$dpid/stat" 2>/dev/null)" = T ] && ok "the daemon paused at step 7" \
   || bad "the daemon did not pause"
 kill -KILL "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
-for _ in $(seq 1 6000); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.01; done
+for ((n = 0; n < 6000; n++)); do kill -0 "$cpid" 2>/dev/null || break; nap 0.01; done
 if kill -0 "$cpid" 2>/dev/null; then
   bad "--reattach-s 0: the fit still waits a minute after its daemon died"; kill "$cpid"
 fi

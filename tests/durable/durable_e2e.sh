@@ -40,16 +40,16 @@ has "$tmp/out" "state       memory" "info says the state is in memory"
 low_port() { echo $((20000 + SRANDOM % 12000)); }
 WRAP=()  # a command prefix for the daemon (the full-disk test's ulimit)
 restart() {
-  local log=$1; shift
-  for _ in $(seq 1 50); do
+  local log=$1 n r; shift
+  for ((r = 0; r < 50; r++)); do
     "${WRAP[@]}" "$rtraind" --listen "$port" "$@" >"$log" 2>&1 &
     dpid=$!
     # until it listens or exits (a slow start under a sanitizer or load is
     # waited for, up to a minute)
-    for _ in $(seq 1 6000); do
-      grep -q "^rtraind listening" "$log" && return 0
+    for ((n = 0; n < 6000; n++)); do
+      log_has "$log" "rtraind listening*" && return 0
       kill -0 "$dpid" 2>/dev/null || break
-      sleep 0.01
+      nap 0.01
     done
     kill -0 "$dpid" 2>/dev/null && { echo "rtraind did not listen within 60 s"; cat "$log"; return 1; }
     wait "$dpid" 2>/dev/null
@@ -61,11 +61,11 @@ restart() {
 
 # wait_paused DPID CPID: until the daemon stopped itself (--pause-at-step:
 # state T in /proc) - returns 1 if the daemon or the client ended first
-paused() { [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]; }
+paused() { local st; { read -r _ _ st _ <"/proc/$1/stat"; } 2>/dev/null && [ "$st" = T ]; }
 wait_paused() {
   until paused "$1"; do
     kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.01
+    nap 0.01
   done
 }
 
@@ -122,10 +122,10 @@ killed_fit() {
     # the next stop only once the client has seen this one (and, with
     # WAIT_LOG, once the new daemon has logged it: the CLI's message comes
     # before its resent call reaches the daemon)
-    until [ "$(grep -c '^daemon restarted' "$tmp/$name.err")" -ge "$k" ] &&
-          { [ -z "${WAIT_LOG:-}" ] || grep -q "$WAIT_LOG" "$tmp/$name-$k.log"; }; do
+    until log_count "$tmp/$name.err" "daemon restarted*" && [ "$log_n" -ge "$k" ] &&
+          { [ -z "${WAIT_LOG:-}" ] || log_has "$tmp/$name-$k.log" "*$WAIT_LOG*"; }; do
       kill -0 "$cpid" 2>/dev/null || break
-      sleep 0.01
+      nap 0.01
     done
   done
   wait "$cpid"; local rc=$?
