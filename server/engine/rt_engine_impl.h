@@ -70,6 +70,24 @@ void *rt__aligned_alloc(size_t n); /* zeroed, RT__ALIGN-aligned, free() */
 /* Counter-based: a value is a pure function of (seed, stream, counter), so
  * results never depend on call boundaries or on the order of draws. */
 uint64_t rt__rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
+/* Its parts, inline for kernels that draw a value per element: the key of
+ * (seed, stream) once, then one mix a counter (rt__rng_at(rt__rng_key(s,
+ * t), c) == rt__rng_u64(s, t, c); a loop of rt__rng_at vectorises) */
+static inline uint64_t rt__mix64(uint64_t z)
+{
+    /* splitmix64's finalizer: a bijection with full avalanche */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline uint64_t rt__rng_key(uint64_t seed, uint64_t stream)
+{
+    return rt__mix64(rt__mix64(seed + 0x9e3779b97f4a7c15ull) ^ (stream * 0xd6e8feb86659fd93ull));
+}
+static inline uint64_t rt__rng_at(uint64_t key, uint64_t counter)
+{
+    return rt__mix64(key ^ (counter * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
+}
 static inline float rt__rng_unit(uint64_t seed, uint64_t stream, uint64_t ctr)
 {
     /* 24 random bits: uniform in [0, 1) exactly representable as float */

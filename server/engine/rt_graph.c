@@ -86,19 +86,9 @@ void *rt__aligned_alloc(size_t n)
 
 /* -------------------------------------------------------------------- rng */
 
-static inline uint64_t rt__mix64(uint64_t z)
-{
-    /* splitmix64's finalizer: a bijection with full avalanche */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint64_t rt__rng_u64(uint64_t seed, uint64_t stream, uint64_t counter)
 {
-    uint64_t k = rt__mix64(seed + 0x9e3779b97f4a7c15ull);
-    k = rt__mix64(k ^ (stream * 0xd6e8feb86659fd93ull));
-    return rt__mix64(k ^ (counter * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
+    return rt__rng_at(rt__rng_key(seed, stream), counter);
 }
 
 uint64_t rt_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter)

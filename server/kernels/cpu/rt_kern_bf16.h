@@ -87,9 +87,10 @@ void rt_kern_bf16_unary_bwd(const rt__kargs *a);
  * backward reads dy only) */
 void rt_kern_bf16_dropout_fwd(const rt__kargs *a);
 int rt_kern_bf16_dropout_kind(const rt__op_def *op);
-/* Pad, MaxPool2D, AvgPool2D and GlobalAvgPool on values stored bf16:
- * their float32 kernels a sample at a time on widened copies
- * (rt_kern_bf16act.c) */
+/* Pad (and the broadcasting binaries) on values stored bf16: its float32
+ * kernel a sample at a time on widened copies (rt_kern_bf16act.c).
+ * MaxPool2D, AvgPool2D and GlobalAvgPool read and write bf16 in their own
+ * kernels (rt_kern_pool.c, by node->bf16_in / bf16_out). */
 int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A);
 void rt_kern_bf16_smp_fwd(const rt__kargs *a);
 void rt_kern_bf16_smp_bwd(const rt__kargs *a);

@@ -15,11 +15,11 @@
  *
  * Concat copies rows (2-byte values where both sides are bf16) and Add
  * (of two tensors of the output's shape) adds chunks widened on the stack.
- * Pad, MaxPool2D, AvgPool2D and GlobalAvgPool run their float32 kernels a
- * sample at a time (rt_kern_bf16_smp_*): each thread widens its sample's
- * bf16 input into its scratch, runs the float32 kernel on that one sample,
- * and rounds the sample's output into y, in cache. All their backward
- * passes read dy only (MaxPool2D's reads x too, widened the same way).
+ * Pad runs its float32 kernel a sample at a time (rt_kern_bf16_smp_*):
+ * each thread widens its sample's bf16 input into its scratch, runs the
+ * float32 kernel on that one sample, and rounds the sample's output into
+ * y, in cache; its backward reads dy only. MaxPool2D, AvgPool2D and
+ * GlobalAvgPool read and write bf16 in their own kernels (rt_kern_pool.c).
  */
 #include <string.h>
 
@@ -203,7 +203,7 @@ int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A)
 }
 
 /* the float32 kernel over the batch, sample by sample: fwd, or the
- * backward of MaxPool2D or a broadcasting binary (x widened; dx and dy
+ * backward of a broadcasting binary (x widened; dx and dy
  * are float32) into the gradients of the inputs in dxm (RT__BF16_IN
  * bits), the samples in parallel (par) or in order (an unbatched input's
  * gradient sums over the samples: each adds to it after the first) */
@@ -236,7 +236,7 @@ static void rt__smp_run(const rt__kargs *a, int fwd, unsigned dxm, int par)
             }
             c.dx[j] = a->dx[j] && (dxm & RT__BF16_IN(j)) ? a->dx[j] + off : NULL;
         }
-        /* MaxPool2D's backward reads no y */
+        /* a binary's backward reads no y */
         c.y = by ? q : a->y && !nd.bf16_out ? a->y + b * pout : NULL;
         c.dy = a->dy ? a->dy + b * pout : NULL;
         if (fwd) {
@@ -251,14 +251,9 @@ static void rt__smp_run(const rt__kargs *a, int fwd, unsigned dxm, int par)
 
 void rt_kern_bf16_smp_fwd(const rt__kargs *a) { rt__smp_run(a, 1, 0, 1); }
 
-/* dx (+)= from dy: the float32 kernel over the batch (y unread), or
- * MaxPool2D's on a bf16 x sample by sample */
+/* dx (+)= from dy: the float32 kernel over the batch (y unread) */
 void rt_kern_bf16_smp_bwd(const rt__kargs *a)
 {
-    if (a->nd->op == &rt__op_maxpool2d && (a->nd->bf16_in & 1u)) {
-        rt__smp_run(a, 0, 1u, 1);
-        return;
-    }
     const rt__smp *s = a->nd->kdata;
     rt__node nd = *a->nd;
     nd.kdata = s->kd;
@@ -392,7 +387,7 @@ void rt_kern_bf16_copy_fwd(const rt__kargs *a)
     const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     const int bx = (a->nd->bf16_in & 1u) != 0, by = a->nd->bf16_out;
     if (bx && by)
-        memcpy(a->y, a->x[0], sizeof(uint16_t) * (size_t)n);
+        rt_kern_par_memcpy(a->y, a->x[0], sizeof(uint16_t) * (size_t)n);
     else if (by)
         rt_kern_to_bf16((uint16_t *)a->y, a->x[0], n);
     else if (bx)

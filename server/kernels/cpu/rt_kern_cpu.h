@@ -133,6 +133,8 @@ void rt_kern_softmax_bwd(const rt__kargs *a);
 void rt_kern_logsoftmax_fwd(const rt__kargs *a);
 void rt_kern_logsoftmax_bwd(const rt__kargs *a);
 
+/* memcpy over the threads where it is large (Flatten, Reshape) */
+void rt_kern_par_memcpy(void *dst, const void *src, size_t bytes);
 /* Reshape, Flatten, Identity: a copy of the values */
 void rt_kern_copy_fwd(const rt__kargs *a);
 void rt_kern_copy_bwd(const rt__kargs *a);

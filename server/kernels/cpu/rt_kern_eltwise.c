@@ -305,10 +305,25 @@ RT__BIN_KERNELS(prelu, RT_KERN_PRELU)
 
 /* ------------------------------------------------------------------ copies */
 
+/* Copies of a megabyte or more run in 256 KiB pieces over the threads
+ * (one core does not reach the memory's bandwidth: W-B's Flatten moves
+ * 14.7 MB each way a step) */
+#define RT__COPY_PIECE ((size_t)1 << 18)
+void rt_kern_par_memcpy(void *dst, const void *src, size_t bytes)
+{
+    const int64_t np = (int64_t)((bytes + RT__COPY_PIECE - 1) / RT__COPY_PIECE);
+#pragma omp parallel for schedule(static) if (np >= 4)
+    for (int64_t k = 0; k < np; k++) {
+        const size_t o = (size_t)k * RT__COPY_PIECE;
+        memcpy((char *)dst + o, (const char *)src + o,
+               bytes - o < RT__COPY_PIECE ? bytes - o : RT__COPY_PIECE);
+    }
+}
+
 void rt_kern_copy_fwd(const rt__kargs *a)
 {
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
+    rt_kern_par_memcpy(a->y, a->x[0], sizeof(float) * (size_t)n);
 }
 
 void rt_kern_copy_bwd(const rt__kargs *a)
@@ -318,48 +333,67 @@ void rt_kern_copy_bwd(const rt__kargs *a)
     int64_t n = rt__numel_n(&a->nd->out, a->r->n);
     float *restrict dx = a->dx[0];
     const float *restrict dy = a->dy;
-    if (a->accum & 1u)
+    if (a->accum & 1u) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t)RT__COPY_PIECE)
         for (int64_t i = 0; i < n; i++)
             dx[i] += dy[i];
-    else
-        memcpy(dx, dy, sizeof(float) * (size_t)n);
+    } else {
+        rt_kern_par_memcpy(dx, dy, sizeof(float) * (size_t)n);
+    }
 }
 
 /* ----------------------------------------------------------------- dropout */
 
-static inline float rt__drop_unit(const rt__kargs *a, int64_t i)
+/* A dropout's draws this step: the engine's counter-based RNG on the
+ * node's stream (rt__rng_u64(seed, RT__STREAM_DROPOUT + id, counter)),
+ * its key computed once a call; the counter is the step in the high bits,
+ * the element in the low 36 (RT__MAX_NUMEL) */
+typedef struct {
+    uint64_t key, hi;
+} rt__drng;
+
+static inline rt__drng rt__drop_rng(const rt__kargs *a)
 {
-    /* counter: step in the high bits, element in the low 36 (RT__MAX_NUMEL) */
-    uint64_t ctr = ((uint64_t)a->r->step << 36) | (uint64_t)i;
-    return rt__rng_unit(a->r->seed, RT__STREAM_DROPOUT + (uint64_t)a->nd->id, ctr);
+    const rt__drng g = {rt__rng_key(a->r->seed, RT__STREAM_DROPOUT + (uint64_t)a->nd->id),
+                        (uint64_t)a->r->step << 36};
+    return g;
 }
 
-static inline int rt__keep(const rt__kargs *a, int64_t i, float rate)
+/* rt__rng_unit's value for element i: 24 random bits, exact as a float
+ * (through int32, which vectorises, and is the same value) */
+static inline float rt__drop_unit(const rt__drng *g, int64_t i)
 {
-    return rt__drop_unit(a, i) >= rate;
+    return (float)(int32_t)(rt__rng_at(g->key, g->hi | (uint64_t)i) >> 40) * (1.0f / 16777216.0f);
 }
 
 /* a standard normal for element i: Box-Muller on two counters (2i, 2i+1) */
-static inline float rt__drop_normal(const rt__kargs *a, int64_t i)
+static inline float rt__drop_normal(const rt__drng *g, int64_t i)
 {
-    const float u1 = rt__drop_unit(a, 2 * i), u2 = rt__drop_unit(a, 2 * i + 1);
+    const float u1 = rt__drop_unit(g, 2 * i), u2 = rt__drop_unit(g, 2 * i + 1);
     return sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.28318530717958648f * u2);
 }
 
 /* the factor element i of the batch is multiplied by (Dropout, Spatial,
  * GaussianDropout), or its added noise (GaussianNoise) */
-static inline float rt__drop_factor(const rt__kargs *a, const rt__dropout_params *p, int64_t i)
+static inline float rt__drop_factor(const rt__drng *g, const rt__dropout_params *p, int64_t i)
 {
     const float rate = (float)p->rate;
     switch (p->mode) {
     case RT__DROP_SPATIAL: {
         const int64_t key = (i / p->per) * p->C + i % p->C; /* (sample, channel) */
-        return rt__keep(a, key, rate) ? 1.0f / (1.0f - rate) : 0.0f;
+        return rt__drop_unit(g, key) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
     }
-    case RT__DROP_NOISE: return rate * rt__drop_normal(a, i);
-    case RT__DROP_GAUSS: return 1.0f + sqrtf(rate / (1.0f - rate)) * rt__drop_normal(a, i);
-    default: return rt__keep(a, rt__drop_key(p, i), rate) ? 1.0f / (1.0f - rate) : 0.0f;
+    case RT__DROP_NOISE: return rate * rt__drop_normal(g, i);
+    case RT__DROP_GAUSS: return 1.0f + sqrtf(rate / (1.0f - rate)) * rt__drop_normal(g, i);
+    default: return rt__drop_unit(g, rt__drop_key(p, i)) >= rate ? 1.0f / (1.0f - rate) : 0.0f;
     }
+}
+
+/* plain Dropout (no noise_shape): one draw an element, in a loop the
+ * compiler vectorises (the draws and the products of the scalar path) */
+static inline int rt__drop_plain(const rt__dropout_params *p)
+{
+    return p->mode == RT__DROP_PLAIN && !p->R;
 }
 
 void rt_kern_dropout_map(const rt__kargs *a, float *restrict y, const float *restrict x, int64_t i0,
@@ -370,32 +404,68 @@ void rt_kern_dropout_map(const rt__kargs *a, float *restrict y, const float *res
         memcpy(y, x, sizeof(float) * (size_t)m);
         return;
     }
-    if (p->mode == RT__DROP_NOISE)
+    const rt__drng g = rt__drop_rng(a);
+    if (rt__drop_plain(p)) {
+        const float rate = (float)p->rate, keep = 1.0f / (1.0f - rate);
         for (int64_t i = 0; i < m; i++)
-            y[i] = x[i] + rt__drop_factor(a, p, i0 + i);
-    else
+            y[i] = x[i] * (rt__drop_unit(&g, i0 + i) >= rate ? keep : 0.0f);
+    } else if (p->mode == RT__DROP_NOISE) {
         for (int64_t i = 0; i < m; i++)
-            y[i] = x[i] * rt__drop_factor(a, p, i0 + i);
+            y[i] = x[i] + rt__drop_factor(&g, p, i0 + i);
+    } else {
+        for (int64_t i = 0; i < m; i++)
+            y[i] = x[i] * rt__drop_factor(&g, p, i0 + i);
+    }
 }
+
+/* chunks of this many values run over the threads (each chunk draws its
+ * own elements' counters: the same values on any split) */
+#define RT__DROP_CH INT64_C(16384)
 
 void rt_kern_dropout_fwd(const rt__kargs *a)
 {
-    rt_kern_dropout_map(a, a->y, a->x[0], 0, rt__numel_n(&a->nd->out, a->r->n));
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n), nc = (n + RT__DROP_CH - 1) / RT__DROP_CH;
+#pragma omp parallel for schedule(static) if (nc > 4)
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * RT__DROP_CH, m = n - i0 < RT__DROP_CH ? n - i0 : RT__DROP_CH;
+        rt_kern_dropout_map(a, a->y + i0, a->x[0] + i0, i0, m);
+    }
+}
+
+/* dx (+)= dy * the forward's factor, drawn again */
+static void rt__dropout_bwd_chunk(const rt__kargs *a, int64_t i0, int64_t m)
+{
+    const rt__dropout_params *p = rt__dropout_cp(a->nd);
+    const int ident = p->rate == 0.0 || p->mode == RT__DROP_NOISE || !a->r->training;
+    const float *restrict dy = a->dy + i0;
+    float *restrict dx = a->dx[0] + i0;
+    const int accum = a->accum & 1u;
+    const rt__drng g = rt__drop_rng(a);
+    if (!ident && rt__drop_plain(p)) {
+        const float rate = (float)p->rate, keep = 1.0f / (1.0f - rate);
+        if (accum)
+            for (int64_t i = 0; i < m; i++)
+                dx[i] += dy[i] * (rt__drop_unit(&g, i0 + i) >= rate ? keep : 0.0f);
+        else
+            for (int64_t i = 0; i < m; i++)
+                dx[i] = dy[i] * (rt__drop_unit(&g, i0 + i) >= rate ? keep : 0.0f);
+        return;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        float gr = ident ? dy[i] : dy[i] * rt__drop_factor(&g, p, i0 + i);
+        dx[i] = accum ? dx[i] + gr : gr;
+    }
 }
 
 void rt_kern_dropout_bwd(const rt__kargs *a)
 {
     if (!a->dx[0])
         return;
-    int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const rt__dropout_params *p = rt__dropout_cp(a->nd);
-    const int ident = p->rate == 0.0 || p->mode == RT__DROP_NOISE || !a->r->training;
-    const float *restrict dy = a->dy;
-    float *restrict dx = a->dx[0];
-    const int accum = a->accum & 1u;
-    for (int64_t i = 0; i < n; i++) {
-        float g = ident ? dy[i] : dy[i] * rt__drop_factor(a, p, i);
-        dx[i] = accum ? dx[i] + g : g;
+    const int64_t n = rt__numel_n(&a->nd->out, a->r->n), nc = (n + RT__DROP_CH - 1) / RT__DROP_CH;
+#pragma omp parallel for schedule(static) if (nc > 4)
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * RT__DROP_CH;
+        rt__dropout_bwd_chunk(a, i0, n - i0 < RT__DROP_CH ? n - i0 : RT__DROP_CH);
     }
 }
 

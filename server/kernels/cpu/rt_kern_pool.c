@@ -6,11 +6,21 @@
  * storing indices in the forward pass: the recomputation reads x once,
  * an index buffer would cost as much memory as the output and would have
  * to stay alive from forward to backward.
+ *
+ * The same kernels serve a mixed-bf16 plan (rt_kern_bf16.c's table): x
+ * stored bf16 (node->bf16_in) is widened value by value as the loops read
+ * it, y stored bf16 (node->bf16_out) is computed in float32 a block of
+ * channels at a time on the stack and rounded into y. A max of bf16 values
+ * is one of them (exact), an average is the float32 kernel's sum rounded
+ * once. The gradients are float32; MaxPool2D's backward reads x the same
+ * way. Each body is a template on (bx, by), instantiated per combination.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include <omp.h>
 
+#include "cpu/rt_kern_bf16.h"
 #include "cpu/rt_kern_conv.h"
 
 /* Smaller tensors run on one thread (a parallel region's cost dominates) */
@@ -42,37 +52,90 @@ static inline void rt__window(const rt__pool *p, int64_t oh, int64_t ow, int64_t
     *w1 = b + p->KW > p->W ? p->W : b + p->KW;
 }
 
+/* value i of x: float32, or bf16 widened (exact) */
+static inline float rt__pv(const void *x, int bx, int64_t i)
+{
+    if (!bx)
+        return ((const float *)x)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* channels a block when y is stored bf16 (its float32 values on the stack) */
+#define RT__PB 256
+
+/* where a block of y's float32 values goes (y itself, or tmp to round)
+ * and its store */
+static inline float *rt__pyc(void *y, int by, int64_t o, float *tmp)
+{
+    return by ? tmp : (float *)y + o;
+}
+static inline void rt__pyput(void *y, int by, int64_t o, const float *tmp, int64_t n)
+{
+    if (by)
+        rt_kern_to_bf16_serial((uint16_t *)y + o, tmp, n);
+}
+
+/* the instance of body##_t for the node's (bf16_in bit 0, bf16_out) */
+#define RT__POOL_DISPATCH(body, a)                    \
+    do {                                              \
+        const int bx_ = ((a)->nd->bf16_in & 1u) != 0; \
+        if (bx_ && (a)->nd->bf16_out)                 \
+            body##_t((a), 1, 1);                      \
+        else if (bx_)                                 \
+            body##_t((a), 1, 0);                      \
+        else if ((a)->nd->bf16_out)                   \
+            body##_t((a), 0, 1);                      \
+        else                                          \
+            body##_t((a), 0, 0);                      \
+    } while (0)
+
+#define RT__ALWAYS_INLINE static inline __attribute__((always_inline))
+
 /* ------------------------------------------------------------------ max */
 
 /* y (B,OH,OW,C) = max over each window of x (B,H,W,C) */
-void rt_kern_maxpool2d_fwd(const rt__kargs *a)
+RT__ALWAYS_INLINE void rt__maxpool_fwd_t(const rt__kargs *a, int bx, int by)
 {
     const rt__pool p = *rt__conv_cp(a->nd);
-    const int64_t C = p.C;
+    const int64_t C = p.C, cb = by ? RT__PB : C;
 #pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
-        const float *xb = a->x[0] + b * p.H * p.W * C;
-        float *yb = a->y + b * p.OH * p.OW * C;
+        float tmp[RT__PB];
+        const int64_t xo = b * p.H * p.W * C;
         for (int64_t oh = 0; oh < p.OH; oh++) {
             for (int64_t ow = 0; ow < p.OW; ow++) {
                 int64_t h0, h1, w0, w1;
                 rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
-                float *restrict m = yb + (oh * p.OW + ow) * C;
-                memcpy(m, xb + (h0 * p.W + w0) * C, sizeof(float) * (size_t)C);
-                for (int64_t h = h0; h < h1; h++)
-                    for (int64_t w = w0; w < w1; w++) {
-                        const float *restrict v = xb + (h * p.W + w) * C;
-                        for (int64_t c = 0; c < C; c++)
-                            m[c] = v[c] > m[c] ? v[c] : m[c];
-                    }
+                for (int64_t c0 = 0; c0 < C; c0 += cb) {
+                    const int64_t nc = C - c0 < cb ? C - c0 : cb;
+                    const int64_t yo = ((b * p.OH + oh) * p.OW + ow) * C + c0;
+                    float *restrict m = rt__pyc(a->y, by, yo, tmp);
+                    const int64_t f = xo + (h0 * p.W + w0) * C + c0;
+                    for (int64_t c = 0; c < nc; c++)
+                        m[c] = rt__pv(a->x[0], bx, f + c);
+                    for (int64_t h = h0; h < h1; h++)
+                        for (int64_t w = w0; w < w1; w++) {
+                            const int64_t v = xo + (h * p.W + w) * C + c0;
+                            for (int64_t c = 0; c < nc; c++) {
+                                const float e = rt__pv(a->x[0], bx, v + c);
+                                m[c] = e > m[c] ? e : m[c];
+                            }
+                        }
+                    rt__pyput(a->y, by, yo, tmp, nc);
+                }
             }
         }
     }
 }
 
+void rt_kern_maxpool2d_fwd(const rt__kargs *a) { RT__POOL_DISPATCH(rt__maxpool_fwd, a); }
+
 /* dx (+)= dy routed to the first maximum of each window (scan order), as
  * PyTorch and TensorFlow do for ties */
-void rt_kern_maxpool2d_bwd(const rt__kargs *a)
+RT__ALWAYS_INLINE void rt__maxpool_bwd_t(const rt__kargs *a, int bx)
 {
     const rt__pool p = *rt__conv_cp(a->nd);
     const int64_t C = p.C;
@@ -86,7 +149,7 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
     for (int64_t b = 0; b < a->r->n; b++) {
         float *restrict m = a->scratch + 2 * C * omp_get_thread_num();
         int32_t *restrict id = (int32_t *)(m + C);
-        const float *xb = a->x[0] + b * p.H * p.W * C;
+        const int64_t xo = b * p.H * p.W * C;
         float *dxb = dx + b * p.H * p.W * C;
         /* windows that tile the input without overlap (the usual 2x2/2):
          * every covered cell is written once, the argmax gets dy and the
@@ -98,16 +161,17 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
                 for (int64_t ow = 0; ow < p.OW; ow++) {
                     const int64_t h0 = oh * p.KH, w0 = ow * p.KW;
                     const int32_t first = (int32_t)((h0 * p.W + w0) * C);
-                    memcpy(m, xb + first, sizeof(float) * (size_t)C);
+                    for (int64_t c = 0; c < C; c++)
+                        m[c] = rt__pv(a->x[0], bx, xo + first + c);
                     for (int64_t c = 0; c < C; c++)
                         id[c] = first;
                     for (int64_t h = h0; h < h0 + p.KH; h++)
                         for (int64_t w = w0; w < w0 + p.KW; w++) {
                             const int32_t off = (int32_t)((h * p.W + w) * C);
-                            const float *restrict v = xb + off;
                             for (int64_t c = 0; c < C; c++) {
-                                const int gt = v[c] > m[c];
-                                m[c] = gt ? v[c] : m[c];
+                                const float v = rt__pv(a->x[0], bx, xo + off + c);
+                                const int gt = v > m[c];
+                                m[c] = gt ? v : m[c];
                                 id[c] = gt ? off : id[c];
                             }
                         }
@@ -141,16 +205,17 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
                 int64_t h0, h1, w0, w1;
                 rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
                 const int32_t first = (int32_t)((h0 * p.W + w0) * C);
-                memcpy(m, xb + first, sizeof(float) * (size_t)C);
+                for (int64_t c = 0; c < C; c++)
+                    m[c] = rt__pv(a->x[0], bx, xo + first + c);
                 for (int64_t c = 0; c < C; c++)
                     id[c] = first;
                 for (int64_t h = h0; h < h1; h++)
                     for (int64_t w = w0; w < w1; w++) {
                         const int32_t off = (int32_t)((h * p.W + w) * C);
-                        const float *restrict v = xb + off;
                         for (int64_t c = 0; c < C; c++) {
-                            const int gt = v[c] > m[c];
-                            m[c] = gt ? v[c] : m[c];
+                            const float v = rt__pv(a->x[0], bx, xo + off + c);
+                            const int gt = v > m[c];
+                            m[c] = gt ? v : m[c];
                             id[c] = gt ? off : id[c];
                         }
                     }
@@ -162,35 +227,52 @@ void rt_kern_maxpool2d_bwd(const rt__kargs *a)
     }
 }
 
+void rt_kern_maxpool2d_bwd(const rt__kargs *a)
+{
+    if (a->nd->bf16_in & 1u)
+        rt__maxpool_bwd_t(a, 1);
+    else
+        rt__maxpool_bwd_t(a, 0);
+}
+
 /* ------------------------------------------------------------------ avg */
 
-void rt_kern_avgpool2d_fwd(const rt__kargs *a)
+/* y = the mean over each window (the padding not counted), summed in
+ * window order */
+RT__ALWAYS_INLINE void rt__avgpool_fwd_t(const rt__kargs *a, int bx, int by)
 {
     const rt__pool p = *rt__conv_cp(a->nd);
-    const int64_t C = p.C;
+    const int64_t C = p.C, cb = by ? RT__PB : C;
 #pragma omp parallel for schedule(static) if (a->r->n * p.H * p.W * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
-        const float *xb = a->x[0] + b * p.H * p.W * C;
-        float *yb = a->y + b * p.OH * p.OW * C;
+        float tmp[RT__PB];
+        const int64_t xo = b * p.H * p.W * C;
         for (int64_t oh = 0; oh < p.OH; oh++) {
             for (int64_t ow = 0; ow < p.OW; ow++) {
                 int64_t h0, h1, w0, w1;
                 rt__window(&p, oh, ow, &h0, &h1, &w0, &w1);
-                float *restrict s = yb + (oh * p.OW + ow) * C;
-                memset(s, 0, sizeof(float) * (size_t)C);
-                for (int64_t h = h0; h < h1; h++)
-                    for (int64_t w = w0; w < w1; w++) {
-                        const float *restrict v = xb + (h * p.W + w) * C;
-                        for (int64_t c = 0; c < C; c++)
-                            s[c] += v[c];
-                    }
                 const float inv = 1.0f / (float)((h1 - h0) * (w1 - w0));
-                for (int64_t c = 0; c < C; c++)
-                    s[c] *= inv;
+                for (int64_t c0 = 0; c0 < C; c0 += cb) {
+                    const int64_t nc = C - c0 < cb ? C - c0 : cb;
+                    const int64_t yo = ((b * p.OH + oh) * p.OW + ow) * C + c0;
+                    float *restrict s = rt__pyc(a->y, by, yo, tmp);
+                    memset(s, 0, sizeof(float) * (size_t)nc);
+                    for (int64_t h = h0; h < h1; h++)
+                        for (int64_t w = w0; w < w1; w++) {
+                            const int64_t v = xo + (h * p.W + w) * C + c0;
+                            for (int64_t c = 0; c < nc; c++)
+                                s[c] += rt__pv(a->x[0], bx, v + c);
+                        }
+                    for (int64_t c = 0; c < nc; c++)
+                        s[c] *= inv;
+                    rt__pyput(a->y, by, yo, tmp, nc);
+                }
             }
         }
     }
 }
+
+void rt_kern_avgpool2d_fwd(const rt__kargs *a) { RT__POOL_DISPATCH(rt__avgpool_fwd, a); }
 
 void rt_kern_avgpool2d_bwd(const rt__kargs *a)
 {
@@ -226,24 +308,30 @@ void rt_kern_avgpool2d_bwd(const rt__kargs *a)
 /* --------------------------------------------------------------- global */
 
 /* y (B,C) = mean over H*W of x (B,H,W,C) */
-void rt_kern_gap_fwd(const rt__kargs *a)
+RT__ALWAYS_INLINE void rt__gap_fwd_t(const rt__kargs *a, int bx, int by)
 {
-    const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C;
+    const int64_t HW = rt__gap_cp(a->nd)->HW, C = rt__gap_cp(a->nd)->C, cb = by ? RT__PB : C;
     const float inv = 1.0f / (float)HW;
 #pragma omp parallel for schedule(static) if (a->r->n * HW * C >= RT__PAR_ELEMS)
     for (int64_t b = 0; b < a->r->n; b++) {
-        const float *xb = a->x[0] + b * HW * C;
-        float *restrict s = a->y + b * C;
-        memset(s, 0, sizeof(float) * (size_t)C);
-        for (int64_t i = 0; i < HW; i++) {
-            const float *restrict v = xb + i * C;
-            for (int64_t c = 0; c < C; c++)
-                s[c] += v[c];
+        float tmp[RT__PB];
+        for (int64_t c0 = 0; c0 < C; c0 += cb) {
+            const int64_t nc = C - c0 < cb ? C - c0 : cb;
+            float *restrict s = rt__pyc(a->y, by, b * C + c0, tmp);
+            memset(s, 0, sizeof(float) * (size_t)nc);
+            for (int64_t i = 0; i < HW; i++) {
+                const int64_t v = (b * HW + i) * C + c0;
+                for (int64_t c = 0; c < nc; c++)
+                    s[c] += rt__pv(a->x[0], bx, v + c);
+            }
+            for (int64_t c = 0; c < nc; c++)
+                s[c] *= inv;
+            rt__pyput(a->y, by, b * C + c0, tmp, nc);
         }
-        for (int64_t c = 0; c < C; c++)
-            s[c] *= inv;
     }
 }
+
+void rt_kern_gap_fwd(const rt__kargs *a) { RT__POOL_DISPATCH(rt__gap_fwd, a); }
 
 void rt_kern_gap_bwd(const rt__kargs *a)
 {
