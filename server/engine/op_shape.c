@@ -1,5 +1,5 @@
 /*
- * op_shape.c - Pad, Transpose, ReduceMean, ReduceSum (one index map each,
+ * op_shape.c - Pad, Transpose, ReduceMean/Sum/Max/Min/Prod (one index map each,
  * rt__map_params), Upsample and GlobalMaxPool: attributes, shape
  * inference and FLOP counts. Axis attributes count the batch as axis 0, as
  * ONNX does; the batch itself is never padded, moved or reduced.
@@ -157,9 +157,13 @@ const rt__op_def rt__op_transpose = {
     .flops = rt__map_flops,
 };
 
-/* ReduceMean/ReduceSum(x) attrs axes (ints counting the batch, negative
- * from the end; absent: every non-batch axis), keepdims (int, 1) */
-static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
+/* ReduceMean/ReduceSum/ReduceMax/ReduceMin/ReduceProd(x) attrs axes (ints
+ * counting the batch, negative from the end; absent: every non-batch axis),
+ * keepdims (int, 1). The gradients follow TensorFlow's math_grad.py: Max
+ * and Min share dy equally among the inputs equal to the result (ties
+ * split), Prod's is dy times the product of the other inputs (exact with
+ * zeros: no division by an input that is 0). */
+static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean, int comb)
 {
     int rc, ok = 1;
     if ((rc = rt__need_batch(cc, nd)) < 0)
@@ -191,6 +195,7 @@ static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
     rt__map_params *p = rt__map_p(nd);
     rt__map_init(p, x);
     p->reduce = 1;
+    p->comb = comb;
     rt__shape out = {.batched = 1};
     int64_t cnt = 1, full[RT_MAX_DIMS], st[RT_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) {
@@ -209,8 +214,26 @@ static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
     return 0;
 }
 
-static int rt__rmean_infer(rt__cc *cc, rt__node *nd) { return rt__reduce_infer(cc, nd, 1); }
-static int rt__rsum_infer(rt__cc *cc, rt__node *nd) { return rt__reduce_infer(cc, nd, 0); }
+static int rt__rmean_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__reduce_infer(cc, nd, 1, RT__COMB_SUM);
+}
+static int rt__rsum_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__reduce_infer(cc, nd, 0, RT__COMB_SUM);
+}
+static int rt__rmax_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__reduce_infer(cc, nd, 0, RT__COMB_MAX);
+}
+static int rt__rmin_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__reduce_infer(cc, nd, 0, RT__COMB_MIN);
+}
+static int rt__rprod_infer(rt__cc *cc, rt__node *nd)
+{
+    return rt__reduce_infer(cc, nd, 0, RT__COMB_PROD);
+}
 
 const rt__op_def rt__op_reducemean = {
     .name = "ReduceMean",
@@ -226,6 +249,38 @@ const rt__op_def rt__op_reducesum = {
     .max_in = 1,
     .params = RT__P_MAP,
     .infer = rt__rsum_infer,
+    .flops = rt__map_flops,
+};
+/* the backward reads x and y: which inputs are the max (min), and the
+ * product of the others */
+const rt__op_def rt__op_reducemax = {
+    .name = "ReduceMax",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_in = 1u,
+    .bwd_needs_out = 1,
+    .params = RT__P_MAP,
+    .infer = rt__rmax_infer,
+    .flops = rt__map_flops,
+};
+const rt__op_def rt__op_reducemin = {
+    .name = "ReduceMin",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_in = 1u,
+    .bwd_needs_out = 1,
+    .params = RT__P_MAP,
+    .infer = rt__rmin_infer,
+    .flops = rt__map_flops,
+};
+const rt__op_def rt__op_reduceprod = {
+    .name = "ReduceProd",
+    .min_in = 1,
+    .max_in = 1,
+    .bwd_needs_in = 1u,
+    .bwd_needs_out = 1,
+    .params = RT__P_MAP,
+    .infer = rt__rprod_infer,
     .flops = rt__map_flops,
 };
 

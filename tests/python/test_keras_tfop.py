@@ -93,9 +93,17 @@ def test_refused_by_name():
     doc = first("tfop/tfop_ref.json", "TensorFlowOpLayer reductions and shapes")
     for ly in doc["config"]["layers"]:
         if ly["class_name"] == "TensorFlowOpLayer" and ly["config"]["node_def"]["op"] == "Sum":
-            ly["config"]["node_def"]["op"] = "Prod"
-    with pytest.raises(ValueError, match="op 'Prod'"):
+            ly["config"]["node_def"]["op"] = "Cumprod"
+    with pytest.raises(ValueError, match="op 'Cumprod'"):
         models.model_from_json(json.dumps(doc))
+    # Max, Min and Prod over the batch, as Mean and Sum
+    doc = first("tfop/tfop_ref.json", "TensorFlowOpLayer Abs, Log, Max, Min, Prod")
+    for op in ("Max", "Min", "Prod"):
+        d = json.loads(json.dumps(doc))
+        ly = next(ly for ly in d["config"]["layers"] if ly["name"] == "tf_op_layer_%s_1" % op)
+        ly["config"]["constants"]["1"] = [0]
+        with pytest.raises(ValueError, match="%s: reduction_indices" % op):
+            models.model_from_json(json.dumps(d))
     doc = first("cudnn/cudnn_ref.json", "CuDNNGRU sequences")
     doc["config"]["layers"][0]["config"]["dropout"] = 0.2
     with pytest.raises(ValueError, match="CuDNNGRU has no setting 'dropout'"):

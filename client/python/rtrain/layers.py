@@ -1190,8 +1190,10 @@ _TF_FUNCTIONS = ("math.add", "__operators__.add", "math.subtract", "__operators_
 # TensorFlowOpLayer ops (tf.keras 2.2-2.3) by kind
 _TF_BINARY = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "Maximum", "Minimum")
 _TF_UNARY = ("Softmax", "Sigmoid", "Relu", "Relu6", "Tanh", "Elu", "Selu", "Softplus",
-             "Softsign", "Exp", "Identity", "LeakyRelu", "Square", "Sqrt", "Rsqrt", "Neg")
-_TF_OTHER = ("Mean", "Sum", "Reshape", "ConcatV2")
+             "Softsign", "Exp", "Identity", "LeakyRelu", "Square", "Sqrt", "Rsqrt", "Neg",
+             "Abs", "Log")
+_TF_REDUCE = ("Mean", "Sum", "Max", "Min", "Prod")
+_TF_OTHER = _TF_REDUCE + ("Reshape", "ConcatV2")
 
 
 def _const_dims(v, what):
@@ -1298,9 +1300,10 @@ class TensorFlowOpLayer(Layer):
     base_layer.py): one TensorFlow op, config.node_def (op, input, attr)
     and config.constants ({"<input index>": value}; the layer's tensors
     fill the other inputs in order). Read here: element-wise %s; unary %s;
-    and Mean, Sum (constant reduction_indices, attr keep_dims), Reshape (a
-    constant shape keeping the batch) and ConcatV2 (a constant axis last).
-    """ % (", ".join(_TF_BINARY), ", ".join(_TF_UNARY))
+    and %s (constant reduction_indices, not the batch, attr keep_dims),
+    Reshape (a constant shape keeping the batch) and ConcatV2 (a constant
+    axis last).
+    """ % (", ".join(_TF_BINARY), ", ".join(_TF_UNARY), ", ".join(_TF_REDUCE))
 
     keras_class = "TensorFlowOpLayer"
     _auto_name = "tf_op_layer"
