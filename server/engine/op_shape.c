@@ -214,75 +214,29 @@ static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean, int comb)
     return 0;
 }
 
-static int rt__rmean_infer(rt__cc *cc, rt__node *nd)
-{
-    return rt__reduce_infer(cc, nd, 1, RT__COMB_SUM);
-}
-static int rt__rsum_infer(rt__cc *cc, rt__node *nd)
-{
-    return rt__reduce_infer(cc, nd, 0, RT__COMB_SUM);
-}
-static int rt__rmax_infer(rt__cc *cc, rt__node *nd)
-{
-    return rt__reduce_infer(cc, nd, 0, RT__COMB_MAX);
-}
-static int rt__rmin_infer(rt__cc *cc, rt__node *nd)
-{
-    return rt__reduce_infer(cc, nd, 0, RT__COMB_MIN);
-}
-static int rt__rprod_infer(rt__cc *cc, rt__node *nd)
-{
-    return rt__reduce_infer(cc, nd, 0, RT__COMB_PROD);
-}
+/* Max, Min and Prod's backward reads x and y: which inputs are the max
+ * (min), and the product of the others */
+#define RT__REDUCE_OP(var, nm, mean, comb, reads)        \
+    static int rt__infer_##var(rt__cc *cc, rt__node *nd) \
+    {                                                    \
+        return rt__reduce_infer(cc, nd, mean, comb);     \
+    }                                                    \
+    const rt__op_def rt__op_##var = {                    \
+        .name = nm,                                      \
+        .min_in = 1,                                     \
+        .max_in = 1,                                     \
+        .bwd_needs_in = (reads) ? 1u : 0u,               \
+        .bwd_needs_out = reads,                          \
+        .params = RT__P_MAP,                             \
+        .infer = rt__infer_##var,                        \
+        .flops = rt__map_flops,                          \
+    };
 
-const rt__op_def rt__op_reducemean = {
-    .name = "ReduceMean",
-    .min_in = 1,
-    .max_in = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rmean_infer,
-    .flops = rt__map_flops,
-};
-const rt__op_def rt__op_reducesum = {
-    .name = "ReduceSum",
-    .min_in = 1,
-    .max_in = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rsum_infer,
-    .flops = rt__map_flops,
-};
-/* the backward reads x and y: which inputs are the max (min), and the
- * product of the others */
-const rt__op_def rt__op_reducemax = {
-    .name = "ReduceMax",
-    .min_in = 1,
-    .max_in = 1,
-    .bwd_needs_in = 1u,
-    .bwd_needs_out = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rmax_infer,
-    .flops = rt__map_flops,
-};
-const rt__op_def rt__op_reducemin = {
-    .name = "ReduceMin",
-    .min_in = 1,
-    .max_in = 1,
-    .bwd_needs_in = 1u,
-    .bwd_needs_out = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rmin_infer,
-    .flops = rt__map_flops,
-};
-const rt__op_def rt__op_reduceprod = {
-    .name = "ReduceProd",
-    .min_in = 1,
-    .max_in = 1,
-    .bwd_needs_in = 1u,
-    .bwd_needs_out = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rprod_infer,
-    .flops = rt__map_flops,
-};
+RT__REDUCE_OP(reducemean, "ReduceMean", 1, RT__COMB_SUM, 0)
+RT__REDUCE_OP(reducesum, "ReduceSum", 0, RT__COMB_SUM, 0)
+RT__REDUCE_OP(reducemax, "ReduceMax", 0, RT__COMB_MAX, 1)
+RT__REDUCE_OP(reducemin, "ReduceMin", 0, RT__COMB_MIN, 1)
+RT__REDUCE_OP(reduceprod, "ReduceProd", 0, RT__COMB_PROD, 1)
 
 /* Upsample(x (B,H,W,C)) attrs scales (ints, 1 or 2 values >= 1), mode
  * "nearest" (default) or "bilinear" */
