@@ -24,6 +24,8 @@
  *   HardSwish      x max(0, min(1, alpha x + beta))         alpha 1/6, beta 0.5
  *   LogSigmoid     log(sigmoid(x)) = -softplus(-x)
  *   Sqrt           sqrt(x) (Keras' Normalization)
+ *   Abs            |x|; derivative sign(x), 0 at 0 (TensorFlow's _AbsGrad)
+ *   Log            ln(x); derivative 1 / x
  *
  * Derivatives at the kinks follow TensorFlow (Keras' reference backend):
  * LeakyRelu, Elu and Selu take the negative branch at 0; Clip passes the
@@ -139,3 +141,5 @@ RT__UNARY_OP(mish, "Mish", RT__U_MISH)
 RT__UNARY_OP(hardswish, "HardSwish", RT__U_HARDSWISH)
 RT__UNARY_OP(logsigmoid, "LogSigmoid", RT__U_LOGSIGMOID)
 RT__UNARY_OP(sqrt, "Sqrt", RT__U_SQRT)
+RT__UNARY_OP(abs, "Abs", RT__U_ABS)
+RT__UNARY_OP(log, "Log", RT__U_LOG)

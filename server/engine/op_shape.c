@@ -1,5 +1,5 @@
 /*
- * op_shape.c - Pad, Transpose, ReduceMean, ReduceSum (one index map each,
+ * op_shape.c - Pad, Transpose, ReduceMean/Sum/Max/Min/Prod (one index map each,
  * rt__map_params), Upsample and GlobalMaxPool: attributes, shape
  * inference and FLOP counts. Axis attributes count the batch as axis 0, as
  * ONNX does; the batch itself is never padded, moved or reduced.
@@ -157,9 +157,13 @@ const rt__op_def rt__op_transpose = {
     .flops = rt__map_flops,
 };
 
-/* ReduceMean/ReduceSum(x) attrs axes (ints counting the batch, negative
- * from the end; absent: every non-batch axis), keepdims (int, 1) */
-static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
+/* ReduceMean/ReduceSum/ReduceMax/ReduceMin/ReduceProd(x) attrs axes (ints
+ * counting the batch, negative from the end; absent: every non-batch axis),
+ * keepdims (int, 1). The gradients follow TensorFlow's math_grad.py: Max
+ * and Min share dy equally among the inputs equal to the result (ties
+ * split), Prod's is dy times the product of the other inputs (exact with
+ * zeros: no division by an input that is 0). */
+static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean, int comb)
 {
     int rc, ok = 1;
     if ((rc = rt__need_batch(cc, nd)) < 0)
@@ -191,6 +195,7 @@ static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
     rt__map_params *p = rt__map_p(nd);
     rt__map_init(p, x);
     p->reduce = 1;
+    p->comb = comb;
     rt__shape out = {.batched = 1};
     int64_t cnt = 1, full[RT_MAX_DIMS], st[RT_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) {
@@ -209,25 +214,29 @@ static int rt__reduce_infer(rt__cc *cc, rt__node *nd, int mean)
     return 0;
 }
 
-static int rt__rmean_infer(rt__cc *cc, rt__node *nd) { return rt__reduce_infer(cc, nd, 1); }
-static int rt__rsum_infer(rt__cc *cc, rt__node *nd) { return rt__reduce_infer(cc, nd, 0); }
+/* Max, Min and Prod's backward reads x and y: which inputs are the max
+ * (min), and the product of the others */
+#define RT__REDUCE_OP(var, nm, mean, comb, reads)        \
+    static int rt__infer_##var(rt__cc *cc, rt__node *nd) \
+    {                                                    \
+        return rt__reduce_infer(cc, nd, mean, comb);     \
+    }                                                    \
+    const rt__op_def rt__op_##var = {                    \
+        .name = nm,                                      \
+        .min_in = 1,                                     \
+        .max_in = 1,                                     \
+        .bwd_needs_in = (reads) ? 1u : 0u,               \
+        .bwd_needs_out = reads,                          \
+        .params = RT__P_MAP,                             \
+        .infer = rt__infer_##var,                        \
+        .flops = rt__map_flops,                          \
+    };
 
-const rt__op_def rt__op_reducemean = {
-    .name = "ReduceMean",
-    .min_in = 1,
-    .max_in = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rmean_infer,
-    .flops = rt__map_flops,
-};
-const rt__op_def rt__op_reducesum = {
-    .name = "ReduceSum",
-    .min_in = 1,
-    .max_in = 1,
-    .params = RT__P_MAP,
-    .infer = rt__rsum_infer,
-    .flops = rt__map_flops,
-};
+RT__REDUCE_OP(reducemean, "ReduceMean", 1, RT__COMB_SUM, 0)
+RT__REDUCE_OP(reducesum, "ReduceSum", 0, RT__COMB_SUM, 0)
+RT__REDUCE_OP(reducemax, "ReduceMax", 0, RT__COMB_MAX, 1)
+RT__REDUCE_OP(reducemin, "ReduceMin", 0, RT__COMB_MIN, 1)
+RT__REDUCE_OP(reduceprod, "ReduceProd", 0, RT__COMB_PROD, 1)
 
 /* Upsample(x (B,H,W,C)) attrs scales (ints, 1 or 2 values >= 1), mode
  * "nearest" (default) or "bilinear" */

@@ -368,10 +368,15 @@ struct rt__op_def {
     X(rt__op_hardswish)       \
     X(rt__op_logsigmoid)      \
     X(rt__op_sqrt)            \
+    X(rt__op_abs)             \
+    X(rt__op_log)             \
     X(rt__op_pad)             \
     X(rt__op_transpose)       \
     X(rt__op_reducemean)      \
     X(rt__op_reducesum)       \
+    X(rt__op_reducemax)       \
+    X(rt__op_reducemin)       \
+    X(rt__op_reduceprod)      \
     X(rt__op_layernorm)       \
     X(rt__op_convtranspose)   \
     X(rt__op_upsample)        \

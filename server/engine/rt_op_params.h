@@ -156,19 +156,23 @@ enum {
     RT__U_HARDSWISH,
     RT__U_LOGSIGMOID,
     RT__U_SQRT,
+    RT__U_ABS,
+    RT__U_LOG,
 };
 typedef struct rt__unary_params {
     int kind; /* RT__U_* */
     float alpha, beta, gamma;
 } rt__unary_params;
 
-/* Pad/Transpose/ReduceMean/ReduceSum as one index map from the input's
+/* Pad/Transpose/Reduce{Mean,Sum,Max,Min,Prod} as one index map from the input's
  * per-sample elements to the output's: input dim i (of R, batch excluded)
  * moves the output offset by os[i] per step; only inputs with lo[i] <=
  * index < hi[i] in every dim land (Pad's negative pads crop); base is the
  * output offset of input index 0. Reduce: several inputs land on one
  * output (os[i] = 0 along a reduced dim), each times scale. Pad fills the
- * rest of the output with value. */
+ * rest of the output with value. ReduceMax/Min/Prod combine the landing
+ * inputs with comb instead of adding them (scale 1). */
+enum { RT__COMB_SUM = 0, RT__COMB_MAX, RT__COMB_MIN, RT__COMB_PROD };
 typedef struct rt__map_params {
     int R;
     int64_t d[8];         /* input per-sample dims (RT_MAX_DIMS) */
@@ -178,6 +182,7 @@ typedef struct rt__map_params {
     int64_t in_numel, out_numel; /* per sample */
     int reduce;                  /* outputs accumulate */
     int fill;                    /* Pad: some outputs get value */
+    int comb;                    /* reduce: RT__COMB_* */
     float scale, value;
 } rt__map_params;
 

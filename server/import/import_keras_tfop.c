@@ -284,7 +284,8 @@ static void k_out(rt_keras_ctx *c, int nd, const int64_t *od)
     c->out.mask[0] = 0;
 }
 
-/* Mean, Sum (math_ops.cc: input, reduction_indices; attr keep_dims): the
+/* Mean, Sum, Max, Min, Prod (math_ops.cc: input, reduction_indices; attr
+ * keep_dims): the
  * axes count the batch, negative from the end, repeats allowed; the batch
  * axis is never reduced (the engine keeps it) */
 static int k_tf_reduce(rt_keras_ctx *c, const char *op, const char *eop, json_object *idx, int keep)
@@ -428,7 +429,7 @@ static int k_tf_concat(rt_keras_ctx *c, json_object *axis)
 
 /* the unary ops that are not Keras activations: LeakyRelu (attr alpha,
  * TensorFlow's default 0.2), Square (x * x), Sqrt, Rsqrt (1 / sqrt(x)),
- * Neg */
+ * Neg, Abs and Log */
 static int k_tf_unary(rt_keras_ctx *c, const char *op, double alpha)
 {
     char name[RT_KERAS_NAME], s[RT_KERAS_NAME];
@@ -439,8 +440,8 @@ static int k_tf_unary(rt_keras_ctx *c, const char *op, double alpha)
         rc = k_node(c, NULL, "LeakyRelu", 1, in, 1, &a, name);
     } else if (!strcmp(op, "Square"))
         rc = k_node(c, NULL, "Mul", 2, in, 0, NULL, name);
-    else if (!strcmp(op, "Sqrt"))
-        rc = k_node(c, NULL, "Sqrt", 1, in, 0, NULL, name);
+    else if (!strcmp(op, "Sqrt") || !strcmp(op, "Abs") || !strcmp(op, "Log"))
+        rc = k_node(c, NULL, op, 1, in, 0, NULL, name);
     else if (!strcmp(op, "Neg")) {
         const rt_attr a = {.name = "alpha", .kind = RT_ATTR_FLOAT, .f = -1.0};
         rc = k_node(c, NULL, "Scale", 1, in, 1, &a, name);
@@ -474,13 +475,13 @@ static int k_tf_unary(rt_keras_ctx *c, const char *op, double alpha)
  *     side;
  *   - the unary ops Softmax (last axis, as TensorFlow's), Sigmoid, Relu,
  *     Relu6, Tanh, Elu, Selu, Softplus, Softsign, Exp, Identity, LeakyRelu
- *     (attr alpha), Square, Sqrt, Rsqrt and Neg;
- *   - the reductions Mean and Sum over constant reduction_indices (attr
- *     keep_dims), Reshape to a constant shape that keeps the batch, and
- *     ConcatV2 of the layer's tensors along a constant axis.
- * Any other op (Max, Min, Prod, Abs and Log among them: the engine has no
- * such op), another attr, or a dtype other than float32 (int32/int64 for an
- * index input) is refused naming it. */
+ *     (attr alpha), Square, Sqrt, Rsqrt, Neg, Abs and Log;
+ *   - the reductions Mean, Sum, Max, Min and Prod over constant
+ *     reduction_indices (attr keep_dims), Reshape to a constant shape that
+ *     keeps the batch, and ConcatV2 of the layer's tensors along a constant
+ *     axis.
+ * Any other op, another attr, or a dtype other than float32 (int32/int64
+ * for an index input) is refused naming it. */
 int rt_keras_tf_op_layer(rt_keras_ctx *c)
 {
     static const struct {
@@ -510,8 +511,13 @@ int rt_keras_tf_op_layer(rt_keras_ctx *c)
         {"Sqrt", NULL, K_UNARY, {NULL}},
         {"Rsqrt", NULL, K_UNARY, {NULL}},
         {"Neg", NULL, K_UNARY, {NULL}},
+        {"Abs", NULL, K_UNARY, {NULL}},
+        {"Log", NULL, K_UNARY, {NULL}},
         {"Mean", "ReduceMean", K_REDUCE, {"keep_dims", "Tidx"}},
         {"Sum", "ReduceSum", K_REDUCE, {"keep_dims", "Tidx"}},
+        {"Max", "ReduceMax", K_REDUCE, {"keep_dims", "Tidx"}},
+        {"Min", "ReduceMin", K_REDUCE, {"keep_dims", "Tidx"}},
+        {"Prod", "ReduceProd", K_REDUCE, {"keep_dims", "Tidx"}},
         {"Reshape", NULL, K_RESHAPE, {"Tshape"}},
         {"ConcatV2", NULL, K_CONCAT, {"N", "Tidx"}},
     };
@@ -555,7 +561,8 @@ int rt_keras_tf_op_layer(rt_keras_ctx *c)
                              "tf.keras 2.2-2.3) is not supported: element-wise Add, AddV2, Sub, "
                              "Mul, RealDiv, Div, Maximum, Minimum, Softmax, Sigmoid, Relu, Relu6, "
                              "Tanh, Elu, Selu, Softplus, Softsign, Exp, Identity, LeakyRelu, "
-                             "Square, Sqrt, Rsqrt, Neg, and Mean, Sum, Reshape, ConcatV2 are",
+                             "Square, Sqrt, Rsqrt, Neg, Abs, Log, and Mean, Sum, Max, Min, Prod, "
+                             "Reshape, ConcatV2 are",
                              op);
     /* attr: the dtype T (float32), and the op's own */
     json_object *attr = NULL;

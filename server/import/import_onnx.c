@@ -1378,6 +1378,8 @@ static int op_pow(ictx *c)
 }
 
 static int op_sqrt(ictx *c) { return op_unary(c, "Sqrt"); }
+static int op_abs(ictx *c) { return op_unary(c, "Abs"); }
+static int op_log(ictx *c) { return op_unary(c, "Log"); }
 
 static int op_prelu(ictx *c) { return op_binary(c, "PRelu"); }
 static int op_max(ictx *c)
@@ -2886,6 +2888,9 @@ static int op_reducemean(ictx *c)
     return op_reduce(c, "ReduceMean");
 }
 static int op_reducesum(ictx *c) { return op_reduce(c, "ReduceSum"); }
+static int op_reducemax(ictx *c) { return op_reduce(c, "ReduceMax"); }
+static int op_reducemin(ictx *c) { return op_reduce(c, "ReduceMin"); }
+static int op_reduceprod(ictx *c) { return op_reduce(c, "ReduceProd"); }
 
 /* Resize of an NCHW value by integer factors over H and W: the engine's
  * Upsample. What torch exports for nn.Upsample / F.interpolate: nearest
@@ -3287,10 +3292,15 @@ static const struct {
     {"Transpose", op_transpose},
     {"ReduceMean", op_reducemean},
     {"ReduceSum", op_reducesum},
+    {"ReduceMax", op_reducemax},
+    {"ReduceMin", op_reducemin},
+    {"ReduceProd", op_reduceprod},
     {"GlobalMaxPool", op_gmp},
     {"ConstantOfShape", op_constantofshape},
     {"Pow", op_pow},
     {"Sqrt", op_sqrt},
+    {"Abs", op_abs},
+    {"Log", op_log},
     {"Resize", op_resize},
     {"LSTM", op_lstm},
     {"GRU", op_gru},

@@ -197,14 +197,11 @@ static const edit bad_op[] = {
     {"\"constants\": {\"1\": 3.0}", "\"constants\": {\"1\": \"three\"}", "constant"},
 };
 
-/* the ops read later: other reductions and ops the engine has no op for
- * stay refused by name, and the shapes and axes they cannot take */
+/* the ops read later: other reductions stay refused by name, and the
+ * shapes and axes they cannot take */
 static const edit bad_op3[] = {
-    {"\"op\": \"Mean\"", "\"op\": \"Prod\"", "op 'Prod'"},
-    {"\"op\": \"Sum\"", "\"op\": \"Max\"", "op 'Max'"},
-    {"\"op\": \"Sum\"", "\"op\": \"Min\"", "op 'Min'"},
-    {"\"op\": \"Neg\"", "\"op\": \"Abs\"", "op 'Abs'"},
-    {"\"op\": \"Sqrt\"", "\"op\": \"Log\"", "op 'Log'"},
+    {"\"op\": \"Mean\"", "\"op\": \"Cumprod\"", "op 'Cumprod'"},
+    {"\"op\": \"Sum\"", "\"op\": \"ArgMax\"", "op 'ArgMax'"},
     {"{\"1\": [1]}", "{\"1\": [0]}", "reduces axis 0, the batch"},
     {"{\"1\": [1]}", "{\"1\": [-4]}", "axis -4 is outside"},
     {"{\"1\": [1]}", "{\"1\": [1.5]}", "reduction_indices"},
@@ -219,6 +216,22 @@ static const edit bad_op3[] = {
     {"\"Tshape\": {\"type\": \"DT_INT32\"}", "\"Tshape\": {\"type\": \"DT_FLOAT\"}",
      "DT_INT32 or DT_INT64"},
 };
+
+/* Max, Min and Prod over the batch, as Mean and Sum; an axis outside the
+ * rank; Abs given two inputs */
+#define K_IN(l) "}}, \"inbound_nodes\": [[[\"tf_op_layer_" l
+static const edit bad_op4[] = {
+    {"{\"1\": [1]" K_IN("concat_t"), "{\"1\": [0, 1]" K_IN("concat_t"),
+     "Max reduces axis 0, the batch"},
+    {"{\"1\": -1" K_IN("concat_f"), "{\"1\": -3" K_IN("concat_f"),
+     "Min reduces axis 0, the batch"},
+    {"{\"1\": [-1]" K_IN("Log_1"), "{\"1\": [0]" K_IN("Log_1"),
+     "Prod reduces axis 0, the batch"},
+    {"{\"1\": [1]" K_IN("Relu_1"), "{\"1\": [3]" K_IN("Relu_1"), "axis 3 is outside"},
+    {"\"op\": \"Abs\", \"input\": [\"d/Identity\"]",
+     "\"op\": \"Abs\", \"input\": [\"d/Identity\", \"x\"]", "Abs: node_def has 2 inputs"},
+};
+#undef K_IN
 
 int main(int argc, char **argv)
 {
@@ -239,6 +252,9 @@ int main(int argc, char **argv)
         if (json_object_object_get_ex(c, "name", &nm) &&
             !strcmp(json_object_get_string(nm), "TensorFlowOpLayer reductions and shapes"))
             refused(c, bad_op3, sizeof bad_op3 / sizeof bad_op3[0], NULL);
+        if (json_object_object_get_ex(c, "name", &nm) &&
+            !strcmp(json_object_get_string(nm), "TensorFlowOpLayer Abs, Log, Max, Min, Prod"))
+            refused(c, bad_op4, sizeof bad_op4 / sizeof bad_op4[0], NULL);
     }
     json_object_put(doc);
     return rt_test_done("keras_cudnn");

@@ -1,7 +1,7 @@
 /*
  * test_layers_gradcheck.c - finite-difference gradient checks of the ops
  * behind the wider Keras/ONNX layer set: the activations of op_act.c,
- * Div/Max/Min/PRelu, Pad, Transpose, ReduceMean/ReduceSum, Upsample,
+ * Div/Max/Min/PRelu, Pad, Transpose, ReduceMean/Sum/Max/Min/Prod, Upsample,
  * GlobalMaxPool, LayerNormalization, grouped/depthwise and dilated Conv2D,
  * ConvTranspose, the train-time noise layers and the random image ops.
  *
@@ -120,6 +120,13 @@ int main(void)
     node1("e", "Exp", "h", 0, NULL);
     node1("y", "Sqrt", "e", 0, NULL);
     run_check("Sqrt (of Exp)", "y");
+    start(2, 2, 5, 0, 0);
+    node1("y", "Abs", "h", 0, NULL);
+    run_check("Abs", "y");
+    start(2, 2, 5, 0, 0);
+    node1("e", "Exp", "h", 0, NULL);
+    node1("y", "Log", "e", 0, NULL);
+    run_check("Log (of Exp)", "y");
 
     /* ---- broadcasting binaries */
     const int64_t row[1] = {4}, col[2] = {3, 1};
@@ -189,6 +196,35 @@ int main(void)
         start(2, 3, 4, 0, 0);
         node1("y", "ReduceMean", "h", 0, NULL);
         run_check("ReduceMean all (keepdims)", "y");
+        rt_attr r3[2] = {ints("axes", 2, ax), int1("keepdims", 1)};
+        start(3, 2, 3, 4, 0);
+        node1("y", "ReduceMax", "h", 2, r3);
+        run_check("ReduceMax axes 1,2 keepdims", "y");
+        start(3, 2, 3, 4, 0);
+        node1("y", "ReduceMin", "h", 2, r2);
+        run_check("ReduceMin axis 2", "y");
+        const int64_t ax3[] = {-1};
+        rt_attr r4[2] = {ints("axes", 1, ax3), int1("keepdims", 0)};
+        start(3, 2, 3, 4, 0);
+        node1("y", "ReduceProd", "h", 2, r4);
+        run_check("ReduceProd axis -1", "y");
+        /* grid inputs hold an exact 0 per sample: its gradient is the
+         * product of the others, theirs 0 (TensorFlow's _ProdGrad) */
+        grid_input = 1;
+        start(2, 3, 4, 0, 0);
+        node1("y", "ReduceProd", "h", 2, r4);
+        run_check("ReduceProd axis -1 with a zero", "y");
+        /* (h, h) along the last axis: every max a tie of two, dy split in
+         * halves (TensorFlow's _MinOrMaxGrad), so h gets dy once */
+        rt_attr cat[1] = {int1("axis", 2)};
+        const char *hh[2] = {"h", "h"};
+        for (int m = 0; m < 2; m++) {
+            start(2, 3, 4, 0, 0);
+            node("c", "Concat", 2, hh, 1, cat);
+            node1("y", m ? "ReduceMin" : "ReduceMax", "c", 2, r4);
+            run_check(m ? "ReduceMin of (h, h): ties split" : "ReduceMax of (h, h): ties split",
+                      "y");
+        }
     }
 
     /* ---- Upsample, GlobalMaxPool */

@@ -262,6 +262,34 @@ def main():
         [oh.make_node("Relu", ["x"], ["o%d" % k]) for k in range(9)],
         [vi("x", ["N", 4])], [vi("o%d" % k, ["N", 4]) for k in range(9)]), "RT_EINVAL",
         "the graph has 9 outputs; at most 8 train together (name the one to train)")
+    # Abs, Log and the Max/Min/Prod reductions (axes an attribute below
+    # opset 18, an input from 18), and a reduction over the batch
+    def reductions(opset):
+        def red(op, src, dst, axes):
+            if opset >= 18:
+                return oh.make_node(op, [src, "ax_" + dst], [dst], keepdims=0)
+            return oh.make_node(op, [src], [dst], axes=axes, keepdims=0)
+        nodes = [oh.make_node("Gemm", ["x", "w", "b"], ["g"]),
+                 oh.make_node("Reshape", ["g", "shape"], ["r"]),
+                 oh.make_node("Abs", ["r"], ["a"]),
+                 oh.make_node("Add", ["a", "half"], ["ah"]),
+                 oh.make_node("Log", ["ah"], ["l"]),
+                 red("ReduceMax", "r", "mx", [1]), red("ReduceMin", "r", "mn", [1]),
+                 red("ReduceProd", "l", "pr", [-1]),
+                 oh.make_node("Concat", ["mx", "mn", "pr"], ["c"], axis=1),
+                 oh.make_node("LogSoftmax", ["c"], ["y"], axis=-1)]
+        inits = [onh.from_array(np.ones((4, 6), np.float32) * 0.25, "w"),
+                 onh.from_array(np.linspace(-1, 1, 6).astype(np.float32), "b"),
+                 i64("shape", [-1, 2, 3]), onh.from_array(np.array(0.5, np.float32), "half")]
+        if opset >= 18:
+            inits += [i64("ax_mx", [1]), i64("ax_mn", [1]), i64("ax_pr", [-1])]
+        return model(nodes, [vi("x", ["N", 4])], [vi("y", ["N", 8])], inits, opset=opset)
+    put("ok_reduce_abs_log.onnx", reductions(13))
+    put("ok_reduce_abs_log_18.onnx", reductions(18))
+    put("bad_reduce_max_batch.onnx", model(
+        [oh.make_node("ReduceMax", ["x"], ["y"], axes=[0, 1], keepdims=0, name="rm")],
+        [vi("x", ["N", 4])], [vi("y", [])]), "RT_EINVAL",
+        "ONNX node 'rm' (ReduceMax): the batch dimension cannot be reduced")
     with open(os.path.join(HERE, "cases.txt"), "w") as f:
         f.write("# made by gen_onnx_seeds.py: file, expected code, text in the message\n")
         for c in cases:

@@ -833,10 +833,12 @@ def _constraint(v, what):
     return dict(v) if isinstance(v, dict) else v
 
 
-def _call_recurrent(layer, inputs, initial_state):
+def _call_recurrent(layer, inputs, initial_state, mask=None):
     """An RNN or Bidirectional call: inputs x or [x, *states] (Keras 2's
-    folded form), initial_state a list of tensors; returns the output, or
-    [output, *states] with return_state."""
+    folded form), initial_state a list of tensors, mask a (timesteps,)
+    step mask tensor (tf.keras' TFOpLambda math.not_equal: the importer
+    reads it, docs/keras-import.md); returns the output, or [output,
+    *states] with return_state."""
     ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if initial_state is not None:
         if len(ins) != 1:
@@ -847,9 +849,21 @@ def _call_recurrent(layer, inputs, initial_state):
     if not ins or not all(isinstance(t, KerasTensor) for t in ins):
         raise TypeError("a layer is called on rtrain.Input tensors or "
                         "other layers' outputs")
+    if mask is not None:
+        if not isinstance(mask, KerasTensor) or \
+                not isinstance(mask.layer, TFOpLambda) or mask.layer.function != "math.not_equal":
+            raise ValueError("%s mask: a tensor of tf.math.not_equal (TFOpLambda) is "
+                             "supported; Embedding(mask_zero=True) masks by itself"
+                             % layer.keras_class)
+        x = list(ins[0].shape[1:])
+        if list(mask.shape[1:]) != x[:1]:
+            raise ValueError("%s mask has shape %s; the input %s needs (None, %s)"
+                             % (layer.keras_class, tuple(mask.shape), tuple(ins[0].shape),
+                                x[0] if x else "?"))
     out = layer._out_shape([list(t.shape[1:]) for t in ins])
     n = len(layer._inbound_nodes)
-    t = KerasTensor(out, layer, ins, n)
+    t = KerasTensor(out, layer, ins + ([mask] if mask is not None else []), n)
+    t._has_mask = mask is not None
     outs = [t] + [KerasTensor(s, layer, ins, n, tensor_index=k + 1, primary=t)
                   for k, s in enumerate(layer._state_shapes())] \
         if layer._returns_state() else [t]
@@ -939,6 +953,7 @@ class _RNN(Layer):
     """The RNN base: one cell over the time axis of (timesteps, features)."""
 
     _gates = 1
+    _kw_mask = True  # its call's keyword mask may be a tensor
 
     def __init__(self, units, activation="tanh", use_bias=True,
                  kernel_initializer="glorot_uniform",
@@ -994,11 +1009,27 @@ class _RNN(Layer):
     def _returns_state(self):
         return self.flags["return_state"]
 
-    def __call__(self, inputs, initial_state=None):
-        return _call_recurrent(self, inputs, initial_state)
+    def __call__(self, inputs, initial_state=None, mask=None):
+        return _call_recurrent(self, inputs, initial_state, mask)
 
     def _out_shape(self, shapes):
         return _recurrent_out_shape(self, shapes)
+
+    def _keras2_node(self, srcs, t=None):
+        # a mask is the first entry's keyword (keras/engine/node.py
+        # serialize), its tensor the call's last input
+        if t is None or not getattr(t, "_has_mask", False):
+            return super()._keras2_node(srcs, t)
+        m = srcs[-1]
+        nodes = super()._keras2_node(srcs[:-1], t)
+        nodes[0][3] = {"mask": [m[0], m[1], m[2] if len(m) > 2 else 0]}
+        return nodes
+
+    def _keras3_node(self, tensors, t=None):
+        if t is not None and getattr(t, "_has_mask", False):
+            raise ValueError("a mask tensor is tf.keras 2's (TFOpLambda): save the model as "
+                             "JSON or h5")
+        return super()._keras3_node(tensors, t)
 
     def _cell_config(self):
         return {}
@@ -1187,11 +1218,15 @@ class CuDNNGRU(_CuDNN, GRU):
 _TF_FUNCTIONS = ("math.add", "__operators__.add", "math.subtract", "__operators__.sub",
                  "math.multiply", "__operators__.mul", "math.truediv",
                  "__operators__.truediv", "math.divide", "math.maximum", "math.minimum")
+# math.not_equal(x, number) on a (timesteps,) value: an RNN's step mask
+_TF_MASK = "math.not_equal"
 # TensorFlowOpLayer ops (tf.keras 2.2-2.3) by kind
 _TF_BINARY = ("Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "Maximum", "Minimum")
 _TF_UNARY = ("Softmax", "Sigmoid", "Relu", "Relu6", "Tanh", "Elu", "Selu", "Softplus",
-             "Softsign", "Exp", "Identity", "LeakyRelu", "Square", "Sqrt", "Rsqrt", "Neg")
-_TF_OTHER = ("Mean", "Sum", "Reshape", "ConcatV2")
+             "Softsign", "Exp", "Identity", "LeakyRelu", "Square", "Sqrt", "Rsqrt", "Neg",
+             "Abs", "Log")
+_TF_REDUCE = ("Mean", "Sum", "Max", "Min", "Prod")
+_TF_OTHER = _TF_REDUCE + ("Reshape", "ConcatV2")
 
 
 def _const_dims(v, what):
@@ -1241,7 +1276,9 @@ class TFOpLambda(Layer):
     under tf. Read here: the element-wise functions of two tensors or a
     tensor and a constant on either side (1 - x: a constant first
     argument, which Keras writes as ["_CONSTANT_VALUE", -1, value,
-    kwargs])."""
+    kwargs]), and math.not_equal(x, number) on a (timesteps,) value as a
+    recurrent layer's mask (the importer reads it as Embedding(mask_zero)'s
+    mask, docs/keras-import.md)."""
 
     keras_class = "TFOpLambda"
     _auto_name = "tf_op_lambda"
@@ -1249,10 +1286,10 @@ class TFOpLambda(Layer):
 
     def __init__(self, function=None, **kw):
         super().__init__(**kw)
-        if function not in _TF_FUNCTIONS:
+        if function not in _TF_FUNCTIONS + (_TF_MASK,):
             raise ValueError("TFOpLambda '%s' (a TensorFlow function recorded by tf.keras) "
-                             "is not supported: element-wise %s are"
-                             % (function, ", ".join(_TF_FUNCTIONS)))
+                             "is not supported: element-wise %s, and %s as a recurrent "
+                             "layer's mask, are" % (function, ", ".join(_TF_FUNCTIONS), _TF_MASK))
         self.function = function
 
     def _config(self):
@@ -1268,6 +1305,12 @@ class TFOpLambda(Layer):
             raise TypeError("TFOpLambda %s is called on a tensor" % self.function)
         if len(ins) == 1 and all(v is None for _, v in args if not isinstance(v, KerasTensor)):
             raise ValueError("TFOpLambda %s needs two operands" % self.function)
+        if self.function == _TF_MASK and (
+                not isinstance(x, KerasTensor) or isinstance(y, KerasTensor) or
+                not isinstance(y, (int, float)) or isinstance(y, bool) or
+                len(list(x.shape[1:])) != 1):
+            raise ValueError("TFOpLambda math.not_equal(x, y) is read as a step mask: x a "
+                             "(timesteps,) tensor and y a number")
         shapes = [list(v.shape[1:]) if isinstance(v, KerasTensor) else None for _, v in args]
         rank = len(list(ins[0].shape[1:]))
         dims = [s if s is not None else _tf_operand(v, rank, self.function)
@@ -1298,9 +1341,10 @@ class TensorFlowOpLayer(Layer):
     base_layer.py): one TensorFlow op, config.node_def (op, input, attr)
     and config.constants ({"<input index>": value}; the layer's tensors
     fill the other inputs in order). Read here: element-wise %s; unary %s;
-    and Mean, Sum (constant reduction_indices, attr keep_dims), Reshape (a
-    constant shape keeping the batch) and ConcatV2 (a constant axis last).
-    """ % (", ".join(_TF_BINARY), ", ".join(_TF_UNARY))
+    and %s (constant reduction_indices, not the batch, attr keep_dims),
+    Reshape (a constant shape keeping the batch) and ConcatV2 (a constant
+    axis last).
+    """ % (", ".join(_TF_BINARY), ", ".join(_TF_UNARY), ", ".join(_TF_REDUCE))
 
     keras_class = "TensorFlowOpLayer"
     _auto_name = "tf_op_layer"

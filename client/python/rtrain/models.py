@@ -907,9 +907,14 @@ def _functional_from_config(cfg, lays):
                 srcs, kwargs = calls[0]
                 # MultiHeadAttention's and TFOpLambda's keyword arguments
                 # may be tensors; other layers' are not tensors they read
+                # (a recurrent layer's mask too)
                 mha = getattr(layer, "_kw_tensors", False)
+                mask = kwargs.get("mask")
+                if isinstance(mask, _Ref) and not (mha or getattr(layer, "_kw_mask", False)):
+                    raise ValueError("layer %r: a mask tensor argument is read for SimpleRNN, "
+                                     "LSTM and GRU layers only" % (name,))
                 refs = srcs + ([v for v in kwargs.values() if isinstance(v, _Ref)]
-                               if mha else [])
+                               if mha else [mask] if isinstance(mask, _Ref) else [])
                 if any(not _made(made, r) for r in refs):
                     break
                 ins = [_made(made, r) for r in srcs]
@@ -917,6 +922,8 @@ def _functional_from_config(cfg, lays):
                     kw = {k: _made(made, v) if isinstance(v, _Ref) else v
                           for k, v in kwargs.items()}
                     t = layer(*ins, **kw)
+                elif isinstance(mask, _Ref):
+                    t = layer(ins if len(ins) > 1 else ins[0], mask=_made(made, mask))
                 else:
                     t = layer(ins if len(ins) > 1 else ins[0])
                 # a call's outputs: [output, *states] with return_state

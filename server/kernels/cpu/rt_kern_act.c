@@ -52,6 +52,8 @@ static inline float rt__f(const rt__unary_params *p, float x)
     }
     case RT__U_LOGSIGMOID: return (x < 0.0f ? x : 0.0f) - log1pf(expf(-fabsf(x)));
     case RT__U_SQRT: return sqrtf(x);
+    case RT__U_ABS: return fabsf(x);
+    case RT__U_LOG: return logf(x);
     default: return x;
     }
 }
@@ -103,6 +105,8 @@ static inline float rt__df(const rt__unary_params *p, float x)
     }
     case RT__U_LOGSIGMOID: return rt__sig(-x);
     case RT__U_SQRT: return 0.5f / sqrtf(x);
+    case RT__U_ABS: return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;
+    case RT__U_LOG: return 1.0f / x;
     default: return 1.0f;
     }
 }
@@ -132,6 +136,8 @@ static inline float rt__df(const rt__unary_params *p, float x)
     case RT__U_HARDSWISH: LOOP(RT__U_HARDSWISH); break;     \
     case RT__U_LOGSIGMOID: LOOP(RT__U_LOGSIGMOID); break;   \
     case RT__U_SQRT: LOOP(RT__U_SQRT); break;               \
+    case RT__U_ABS: LOOP(RT__U_ABS); break;                 \
+    case RT__U_LOG: LOOP(RT__U_LOG); break;                 \
     default: LOOP(RT__U_SCALE); break;                      \
     }
 

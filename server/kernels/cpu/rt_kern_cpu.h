@@ -95,9 +95,11 @@ void rt_kern_unary_map(const rt__unary_params *p, float *y, const float *x, int6
 void rt_kern_unary_dmap(const rt__unary_params *p, float *dx, const float *dy, const float *x,
                         int64_t n, int add);
 
-/* Pad, Transpose, ReduceMean, ReduceSum: one index map (rt__map_params) */
+/* Pad, Transpose, ReduceMean/Sum/Max/Min/Prod: one index map
+ * (rt__map_params); the prepare sizes Max/Min/Prod's backward scratch */
 void rt_kern_map_fwd(const rt__kargs *a);
 void rt_kern_map_bwd(const rt__kargs *a);
+int rt_kern_map_prepare(rt__node *nd, int64_t B, rt__arena *A);
 /* Upsample, nearest or bilinear (rt__upsample_params) */
 void rt_kern_upsample_fwd(const rt__kargs *a);
 void rt_kern_upsample_bwd(const rt__kargs *a);

@@ -1,4 +1,4 @@
-/* rt_kern_shape.c - Pad/Transpose/ReduceMean/ReduceSum (one index map,
+/* rt_kern_shape.c - Pad/Transpose/Reduce* (one index map,
  * rt__map_params), Upsample, GlobalMaxPool and LayerNormalization. */
 #include <math.h>
 #include <string.h>
@@ -55,6 +55,102 @@
         }                                                                \
     } while (0)
 
+/* ReduceMax/Min/Prod: each output the combination of its inputs */
+static void rt__comb_fwd(const rt__map_params *p, const float *restrict x, float *restrict y)
+{
+    const float init = p->comb == RT__COMB_MAX   ? -INFINITY
+                       : p->comb == RT__COMB_MIN ? INFINITY
+                                                 : 1.0f;
+    for (int64_t i = 0; i < p->out_numel; i++)
+        y[i] = init;
+    switch (p->comb) {
+    case RT__COMB_MAX:
+        RT__MAP_RUNS(p, {
+            for (int64_t j = 0; j < len; j++)
+                if (x[xo + j] > y[yo + j * ys] || isnan(x[xo + j]))
+                    y[yo + j * ys] = x[xo + j];
+        });
+        break;
+    case RT__COMB_MIN:
+        RT__MAP_RUNS(p, {
+            for (int64_t j = 0; j < len; j++)
+                if (x[xo + j] < y[yo + j * ys] || isnan(x[xo + j]))
+                    y[yo + j * ys] = x[xo + j];
+        });
+        break;
+    default:
+        RT__MAP_RUNS(p, {
+            for (int64_t j = 0; j < len; j++)
+                y[yo + j * ys] *= x[xo + j];
+        });
+        break;
+    }
+}
+
+/* their gradients (TensorFlow's math_grad.py): Max/Min give dy to the
+ * inputs equal to the output, split equally among ties (_MinOrMaxGrad);
+ * Prod gives dy times the product of the other inputs (_ProdGrad), here
+ * from the count of zeros and the product of the non-zero inputs, so an
+ * input of 0 divides nothing. Scratch: the counts (Max/Min), or the zero
+ * counts and products in double (Prod), one sample at a time. */
+static void rt__comb_bwd(const rt__kargs *a, const rt__map_params *p, int64_t s, float *restrict dx,
+                         int accum)
+{
+    const float *restrict x = a->x[0] + s * p->in_numel;
+    const float *restrict y = a->y + s * p->out_numel;
+    const float *restrict dy = a->dy + s * p->out_numel;
+    const int64_t on = p->out_numel;
+    if (p->comb != RT__COMB_PROD) {
+        float *restrict cnt = a->scratch;
+        memset(cnt, 0, sizeof(float) * (size_t)on);
+        RT__MAP_RUNS(p, {
+            for (int64_t j = 0; j < len; j++)
+                cnt[yo + j * ys] += x[xo + j] == y[yo + j * ys] ? 1.0f : 0.0f;
+        });
+        RT__MAP_RUNS(p, {
+            for (int64_t j = 0; j < len; j++) {
+                const int64_t o = yo + j * ys;
+                const float g = x[xo + j] == y[o] ? dy[o] / cnt[o] : 0.0f;
+                dx[xo + j] = accum ? dx[xo + j] + g : g;
+            }
+        });
+        return;
+    }
+    double *restrict zc = (double *)a->scratch, *restrict pnz = zc + on;
+    for (int64_t i = 0; i < on; i++) {
+        zc[i] = 0.0;
+        pnz[i] = 1.0;
+    }
+    RT__MAP_RUNS(p, {
+        for (int64_t j = 0; j < len; j++) {
+            const double v = x[xo + j];
+            if (v == 0.0)
+                zc[yo + j * ys] += 1.0;
+            else
+                pnz[yo + j * ys] *= v;
+        }
+    });
+    RT__MAP_RUNS(p, {
+        for (int64_t j = 0; j < len; j++) {
+            const int64_t o = yo + j * ys;
+            const double v = x[xo + j];
+            const double others =
+                v != 0.0 ? (zc[o] == 0.0 ? pnz[o] / v : 0.0) : (zc[o] == 1.0 ? pnz[o] : 0.0);
+            const float g = (float)(dy[o] * others);
+            dx[xo + j] = accum ? dx[xo + j] + g : g;
+        }
+    });
+}
+
+int rt_kern_map_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    (void)B;
+    (void)A;
+    const rt__map_params *p = rt__map_cp(nd);
+    nd->scratch_floats = p->comb == RT__COMB_PROD ? 4 * p->out_numel : p->comb ? p->out_numel : 0;
+    return 0;
+}
+
 void rt_kern_map_fwd(const rt__kargs *a)
 {
     const rt__map_params *p = rt__map_cp(a->nd);
@@ -63,6 +159,10 @@ void rt_kern_map_fwd(const rt__kargs *a)
     for (int64_t s = 0; s < n; s++) {
         const float *restrict x = a->x[0] + s * p->in_numel;
         float *restrict y = a->y + s * p->out_numel;
+        if (p->comb) {
+            rt__comb_fwd(p, x, y);
+            continue;
+        }
         if (p->reduce)
             memset(y, 0, sizeof(float) * (size_t)p->out_numel);
         else if (p->fill)
@@ -101,6 +201,10 @@ void rt_kern_map_bwd(const rt__kargs *a)
     for (int64_t s = 0; s < n; s++) {
         float *restrict dx = dxa + s * p->in_numel;
         const float *restrict dy = a->dy + s * p->out_numel;
+        if (p->comb) {
+            rt__comb_bwd(a, p, s, dx, accum);
+            continue;
+        }
         if (cropped && !accum)
             memset(dx, 0, sizeof(float) * (size_t)p->in_numel);
         if (accum)

@@ -57,6 +57,9 @@ static const rt__kernel rt_ref_table[] = {
     {&rt__op_transpose, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
     {&rt__op_reducemean, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
     {&rt__op_reducesum, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
+    {&rt__op_reducemax, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
+    {&rt__op_reducemin, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
+    {&rt__op_reduceprod, NULL, rt_ref_map_fwd, rt_ref_map_bwd, NULL, NULL},
     {&rt__op_upsample, NULL, rt_ref_upsample_fwd, rt_ref_upsample_bwd, NULL, NULL},
     {&rt__op_embedding, NULL, rt_ref_embedding_fwd, rt_ref_embedding_bwd, NULL, NULL},
     {&rt__op_simplernn, NULL, rt_ref_rnn_fwd, rt_ref_rnn_bwd, NULL, rt_ref_rnn_prepare},
@@ -73,6 +76,7 @@ static const rt__kernel rt_ref_table[] = {
                         RT_REF_UNARY(rt__op_exp) RT_REF_UNARY(rt__op_scale)
                             RT_REF_UNARY(rt__op_mish) RT_REF_UNARY(rt__op_hardswish)
                                 RT_REF_UNARY(rt__op_logsigmoid) RT_REF_UNARY(rt__op_sqrt)
+                                    RT_REF_UNARY(rt__op_abs) RT_REF_UNARY(rt__op_log)
 #undef RT_REF_UNARY
 };
 

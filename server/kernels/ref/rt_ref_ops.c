@@ -334,6 +334,8 @@ static double rt_ref_u(const rt__unary_params *p, double x)
     case RT__U_HARDSWISH: return x * fmin(1, fmax(0, al * x + be));
     case RT__U_LOGSIGMOID: return -rt_ref_softplus(-x);
     case RT__U_SQRT: return sqrt(x);
+    case RT__U_ABS: return fabs(x);
+    case RT__U_LOG: return log(x);
     default: return x;
     }
 }
@@ -377,6 +379,8 @@ static double rt_ref_du(const rt__unary_params *p, double x)
     }
     case RT__U_LOGSIGMOID: return rt_ref_sigmoid(-x);
     case RT__U_SQRT: return 0.5 / sqrt(x);
+    case RT__U_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0;
+    case RT__U_LOG: return 1 / x;
     default: return 1;
     }
 }
@@ -622,6 +626,21 @@ void rt_ref_map_fwd(const rt__kargs *a)
         const float *x = a->x[0] + s * p->in_numel;
         for (int64_t o = 0; o < p->out_numel; o++)
             y[o] = p->fill ? p->value : 0.0f;
+        if (p->comb) {
+            /* each output's max, min or product in double, in input order */
+            for (int64_t o = 0; o < p->out_numel; o++) {
+                double acc = p->comb == RT__COMB_MAX   ? -INFINITY
+                             : p->comb == RT__COMB_MIN ? INFINITY
+                                                       : 1.0;
+                for (int64_t i = 0; i < p->in_numel; i++)
+                    if (rt_ref_map_at(p, i) == o)
+                        acc = p->comb == RT__COMB_MAX   ? fmax(acc, x[i])
+                              : p->comb == RT__COMB_MIN ? fmin(acc, x[i])
+                                                        : acc * x[i];
+                y[o] = (float)acc;
+            }
+            continue;
+        }
         if (p->reduce) {
             /* each output's sum in double, in input order */
             for (int64_t o = 0; o < p->out_numel; o++) {
@@ -641,6 +660,27 @@ void rt_ref_map_fwd(const rt__kargs *a)
     }
 }
 
+/* Max/Min: dy split equally among the inputs equal to the output; Prod:
+ * dy times the product of the other inputs (TensorFlow's math_grad.py),
+ * each by a scan of the output's inputs */
+static double rt_ref_comb_grad(const rt__map_params *p, const float *x, const float *y, int64_t i,
+                               int64_t o)
+{
+    if (p->comb != RT__COMB_PROD) {
+        if (x[i] != y[o])
+            return 0;
+        int64_t ties = 0;
+        for (int64_t j = 0; j < p->in_numel; j++)
+            ties += rt_ref_map_at(p, j) == o && x[j] == y[o];
+        return 1.0 / (double)ties;
+    }
+    double prod = 1;
+    for (int64_t j = 0; j < p->in_numel; j++)
+        if (j != i && rt_ref_map_at(p, j) == o)
+            prod *= x[j];
+    return prod;
+}
+
 void rt_ref_map_bwd(const rt__kargs *a)
 {
     if (!a->dx[0])
@@ -649,6 +689,12 @@ void rt_ref_map_bwd(const rt__kargs *a)
     for (int64_t s = 0; s < a->r->n; s++)
         for (int64_t i = 0; i < p->in_numel; i++) {
             const int64_t o = rt_ref_map_at(p, i);
+            if (p->comb) {
+                const double f =
+                    rt_ref_comb_grad(p, a->x[0] + s * p->in_numel, a->y + s * p->out_numel, i, o);
+                rt_ref_put(a, 0, s * p->in_numel + i, a->dy[s * p->out_numel + o] * f);
+                continue;
+            }
             const double g = o < 0 ? 0 : a->dy[s * p->out_numel + o] * (p->reduce ? p->scale : 1);
             rt_ref_put(a, 0, s * p->in_numel + i, g);
         }

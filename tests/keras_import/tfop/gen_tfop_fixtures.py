@@ -21,7 +21,9 @@ true and false and negative axes, Reshape), as TF 2.3 writes them
 (json_format.MessageToDict: attr values {"f"}, {"b"}, {"i": "<int64>"},
 {"type"}), with the semantics of tensorflow/core/ops/math_ops.cc,
 array_ops.cc and nn_ops.cc; its Dense gradients are central finite
-differences of the NumPy forward in float64.
+differences of the NumPy forward in float64. A fourth does the same for
+Abs, Log, Max, Min and Prod (math_ops.cc), whose gradients follow
+TensorFlow's math_grad.py (ties split, a product's zeros exact).
 """
 import json
 import os
@@ -202,6 +204,50 @@ def case(name, m, y, lab=None, weights=None, grads=None):
             "grads": {k: fl(v) for k, v in (grads or {}).items()}}
 
 
+# Abs, Log, Max, Min and Prod after the Dense layer. Max over (d, d)
+# along time and Min over (d, d) along the last axis: every extreme is a
+# tie of two, whose gradient TensorFlow splits in halves (math_grad.py
+# _MinOrMaxGrad), so d's gradient is dy once, as the finite differences of
+# max(d, d) = d say. Prod of Relu(d) along time meets exact zeros, whose
+# gradients must be the product of the others (_ProdGrad), not 0 / 0.
+m4 = model([
+    inp("x"), d_layer,
+    tfop("Abs_1", "Abs", ["d"]),
+    tfop("AddV2_1", "AddV2", [P + "Abs_1"], {"1": 0.5}),
+    tfop("Log_1", "Log", [P + "AddV2_1"]),
+    tfop("concat_t", "ConcatV2", ["d", "d"], {"2": 1}, attr=dict(idx, N={"i": "2"})),
+    tfop("Max_1", "Max", [P + "concat_t"], {"1": [1]}, attr=dict(idx, keep_dims={"b": True})),
+    tfop("concat_f", "ConcatV2", ["d", "d"], {"2": -1}, attr=dict(idx, N={"i": "2"})),
+    tfop("Min_1", "Min", [P + "concat_f"], {"1": -1}, attr=dict(idx, keep_dims={"b": False})),
+    tfop("Reshape_1", "Reshape", [P + "Min_1"], {"1": [-1, T, 1]},
+         attr={"Tshape": {"type": "DT_INT32"}}),
+    tfop("Prod_1", "Prod", [P + "Log_1"], {"1": [-1]}, attr=dict(idx, keep_dims={"b": True})),
+    tfop("Relu_1", "Relu", ["d"]),
+    tfop("Prod_2", "Prod", [P + "Relu_1"], {"1": [1]}, attr=dict(idx, keep_dims={"b": True})),
+    tfop("AddV2_2", "AddV2", [P + "Log_1", P + "Max_1"]),
+    tfop("AddV2_3", "AddV2", [P + "AddV2_2", P + "Reshape_1"]),
+    tfop("AddV2_4", "AddV2", [P + "AddV2_3", P + "Prod_1"]),
+    tfop("AddV2_5", "AddV2", [P + "AddV2_4", P + "Prod_2"]),
+], P + "AddV2_5")
+rng4 = np.random.default_rng(13)
+kernel4 = rng4.uniform(-0.8, 0.8, (F, U))
+bias4 = rng4.uniform(-0.3, 0.3, (U,))
+
+
+def f4(k, b):
+    h = x @ k + b  # (B, T, U)
+    lg = np.log(np.abs(h) + 0.5)
+    mx = np.concatenate([h, h], axis=1).max(axis=1, keepdims=True)  # (B, 1, U)
+    mn = np.concatenate([h, h], axis=-1).min(axis=-1).reshape(-1, T, 1)
+    p1 = lg.prod(axis=-1, keepdims=True)  # (B, T, 1)
+    p2 = np.maximum(h, 0).prod(axis=1, keepdims=True)  # (B, 1, U)
+    return lg + mx + mn + p1 + p2
+
+
+y4 = f4(kernel4, bias4)
+lab4 = rng4.uniform(-1, 1, y4.shape)
+assert (np.maximum(x @ kernel4 + bias4, 0) == 0).any(), "Prod_2 should meet zeros"
+
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfop_ref.json")
 with open(out, "w") as f:
     json.dump({"generator": "gen_tfop_fixtures.py (NumPy %s)" % np.__version__,
@@ -210,7 +256,11 @@ with open(out, "w") as f:
                          case("TensorFlowOpLayer reductions and shapes", m3, y3, lab3,
                               {"d/kernel": kernel, "d/bias": bias},
                               dict(zip(("d/kernel", "d/bias"),
-                                       fd_grads(f3, [kernel, bias], lab3))))]},
+                                       fd_grads(f3, [kernel, bias], lab3)))),
+                         case("TensorFlowOpLayer Abs, Log, Max, Min, Prod", m4, y4, lab4,
+                              {"d/kernel": kernel4, "d/bias": bias4},
+                              dict(zip(("d/kernel", "d/bias"),
+                                       fd_grads(f4, [kernel4, bias4], lab4))))]},
               f, separators=(",", ":"))
     f.write("\n")
 print(out, os.path.getsize(out), "bytes")
