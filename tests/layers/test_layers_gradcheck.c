@@ -225,6 +225,41 @@ int main(void)
             run_check(m ? "ReduceMin of (h, h): ties split" : "ReduceMax of (h, h): ties split",
                       "y");
         }
+        /* a NaN input makes its max or min NaN on either backend (NumPy's
+         * max; fmax would drop it), the other outputs untouched */
+        for (int m = 0; m < 2; m++) {
+            start(2, 3, 4, 0, 0);
+            node1("y", m ? "ReduceMin" : "ReduceMax", "h", 2, r4);
+            node1("flat", "Flatten", "y", 0, NULL);
+            rt_train_config cfg;
+            rt_train_config_init(&cfg);
+            cfg.loss = RT_LOSS_MSE;
+            cfg.batch_size = B;
+            cfg.label_dtype = RT_F32;
+            cfg.label_ndim = 1;
+            cfg.label_dims[0] = 3;
+            rt_plan *p;
+            rt_exec *e;
+            char err[256];
+            REQUIRE(rt_plan_compile(g, &cfg, &p, NULL, err, sizeof err) == 0);
+            REQUIRE(rt_exec_create(p, &e) == 0);
+            float x[B * 12], out[B * 3];
+            for (int i = 0; i < B * 12; i++) x[i] = 0.1f * (float)(i % 7);
+            x[5] = NAN; /* sample 0, row 1 */
+            CHECK_RC(rt_exec_predict(e, x, B, out));
+            for (int i = 0; i < B * 3; i++)
+                if (isnan(out[i]) != (i == 1)) {
+                    fprintf(stderr, "%s with a NaN input: output %d is %g\n",
+                            m ? "ReduceMin" : "ReduceMax", i, (double)out[i]);
+                    rt_test_failures++;
+                }
+            printf("%-48s %s\n", m ? "ReduceMin with a NaN input" : "ReduceMax with a NaN input",
+                   rt_test_failures == fails_before ? "ok" : "FAILED");
+            fails_before = rt_test_failures;
+            rt_exec_destroy(e);
+            rt_plan_release(p);
+            rt_graph_destroy(g);
+        }
     }
 
     /* ---- Upsample, GlobalMaxPool */

@@ -627,16 +627,21 @@ void rt_ref_map_fwd(const rt__kargs *a)
         for (int64_t o = 0; o < p->out_numel; o++)
             y[o] = p->fill ? p->value : 0.0f;
         if (p->comb) {
-            /* each output's max, min or product in double, in input order */
+            /* each output's max, min or product in double, in input order;
+             * a NaN input makes the max or min NaN, as on the CPU backend
+             * and in NumPy's max (fmax/fmin would drop it) */
             for (int64_t o = 0; o < p->out_numel; o++) {
                 double acc = p->comb == RT__COMB_MAX   ? -INFINITY
                              : p->comb == RT__COMB_MIN ? INFINITY
                                                        : 1.0;
-                for (int64_t i = 0; i < p->in_numel; i++)
-                    if (rt_ref_map_at(p, i) == o)
-                        acc = p->comb == RT__COMB_MAX   ? fmax(acc, x[i])
-                              : p->comb == RT__COMB_MIN ? fmin(acc, x[i])
-                                                        : acc * x[i];
+                for (int64_t i = 0; i < p->in_numel; i++) {
+                    if (rt_ref_map_at(p, i) != o)
+                        continue;
+                    if (p->comb == RT__COMB_PROD)
+                        acc *= x[i];
+                    else if (isnan(x[i]) || (p->comb == RT__COMB_MAX ? x[i] > acc : x[i] < acc))
+                        acc = x[i];
+                }
                 y[o] = (float)acc;
             }
             continue;
