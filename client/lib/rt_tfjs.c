@@ -132,8 +132,18 @@ static int group_bytes(const char *dir, json_object *paths, uint8_t **out, size_
         size_t n;
         char *b = slurp(fp, &n, err, errlen);
         uint8_t *na = b && *len + n <= RT__TFJS_MAX_BYTES ? realloc(all, *len + n + 1) : NULL;
+        if (!b && err && errlen) {
+            /* slurp said which file and why; name the way out */
+            size_t u = strlen(err);
+            snprintf(err + u, errlen - u,
+                     " (the weightsManifest of model.json names it: put its .bin shards "
+                     "beside model.json, or drop weightsManifest to start from fresh weights)");
+        }
         if (!na) {
-            int rc = b ? rt_errf(err, errlen, RT_ENOMEM, "out of memory for the shards") : RT_EIO;
+            /* a shard that cannot be read is the input's fault, as a
+             * model file that cannot be (the CLI's exit 4) */
+            int rc =
+                b ? rt_errf(err, errlen, RT_ENOMEM, "out of memory for the shards") : RT_EINVAL;
             free(b);
             free(all);
             return rc;

@@ -96,5 +96,13 @@ expect_rc 4 "a shard path leaving the folder refused" -- "$rtrain" predict "${S[
   --out "$tmp/p2.npy"
 has "$tmp/err" "leaves the model's folder" "names the shard path"
 
+# a shard the manifest names, missing from the folder
+mkdir -p "$tmp/noshard"
+cp "$saved/model.json" "$tmp/noshard/model.json"
+expect_rc 4 "a missing shard refused" -- "$rtrain" predict "${S[@]}" \
+  --model "$tmp/noshard/model.json" --loss binary_crossentropy --data "$tmp/rows.csv" \
+  --out "$tmp/p3.npy"
+has "$tmp/err" "drop weightsManifest to start from fresh weights" "names the missing shard's way out"
+
 echo "$((checks - fails))/$checks checks passed"
 [ "$fails" -eq 0 ]

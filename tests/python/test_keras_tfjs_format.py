@@ -77,3 +77,8 @@ def test_bad_manifest(tmp_path):
         open(os.path.join(folder, "group1-shard1of1.bin"), "rb").read())
     with pytest.raises(ValueError, match="only float32"):
         models.load_model(str(bad))
+    # a shard the manifest names but the folder lacks: the error names it
+    # and the way out
+    (tmp_path / "group1-shard1of1.bin").unlink()
+    with pytest.raises(ValueError, match="group1-shard1of1.bin is missing.*drop weightsManifest"):
+        models.load_model(str(bad))

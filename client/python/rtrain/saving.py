@@ -421,8 +421,14 @@ def load_tfjs(path, compile=True, client=None):
         for p in group.get("paths") or []:
             if _os.path.isabs(p) or ".." in p.split("/"):
                 raise ValueError("weight shard path %r leaves the model's folder" % p)
-            with open(_os.path.join(folder, p), "rb") as f:
-                data += f.read()
+            try:
+                with open(_os.path.join(folder, p), "rb") as f:
+                    data += f.read()
+            except FileNotFoundError:
+                raise ValueError("weight shard %s is missing (the weightsManifest of %s names "
+                                 "it): put its .bin shards beside model.json, or drop "
+                                 "weightsManifest to start from fresh weights"
+                                 % (_os.path.join(folder, p), mj)) from None
         at = 0
         for w in group.get("weights") or []:
             if w.get("dtype", "float32") != "float32" or w.get("quantization"):
