@@ -199,6 +199,26 @@ build_cfg() {
   cmake --build "$dir" -j"$jobs" "${targets[@]}"
 }
 
+# raise_tree PID NICE: PID and the processes it started at niceness NICE
+# (parents first: what they start next inherits it); fails if PID's may
+# not be raised (a descendant that ended meanwhile is no failure)
+raise_tree() {
+  renice -n "$2" -p "$1" >/dev/null 2>&1 || return 1
+  local p
+  for p in $(ps -o pid= --ppid "$1"); do raise_tree "$p" "$2" || :; done
+}
+# tree PID: PID and its descendants' pids
+tree() {
+  echo "$1"
+  local p
+  for p in $(ps -o pid= --ppid "$1"); do tree "$p"; done
+}
+# stop_tree PID: SIGTERM to PID and its descendants at once
+stop_tree() {
+  # shellcheck disable=SC2046 # one pid a word
+  kill -TERM $(tree "$1") 2>/dev/null || :
+}
+
 # The next configuration builds while this one's tests run, at nice 19:
 # the tests keep the CPUs they use (their limits are the quiet machine's
 # times 3), the build takes what they leave idle (tests waiting on a
@@ -213,7 +233,18 @@ for i in "${!cfg_list[@]}"; do
   skips_var=skips_$cfg
   t0=$SECONDS
   if [ -n "$bg_pid" ]; then
-    wait "$bg_pid" || { echo "=== $cfg: the background build failed:"; cat "$bg_log"; }
+    # The tests are done: what is left of this build is now the critical
+    # path, so it goes back to the script's own priority (beside a busy
+    # machine's other work a nice-19 build barely runs). Where raising a
+    # priority is not allowed (not root), the build is stopped instead
+    # (make and ninja remove a target they did not finish) and the
+    # foreground build step below does the rest.
+    if raise_tree "$bg_pid" "$(nice)"; then
+      wait "$bg_pid" || { echo "=== $cfg: the background build failed:"; cat "$bg_log"; }
+    else
+      stop_tree "$bg_pid"
+      wait "$bg_pid" 2>/dev/null || :
+    fi
     bg_pid=""
   fi
   echo "=== configuration: $cfg ($(cfg_flags "$cfg"; echo "$dir"))"
