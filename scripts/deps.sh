@@ -52,6 +52,9 @@ if [ $want_test -eq 1 ]; then
   pkgs+=(shellcheck clang-format)
   # tests/mpi/netns.sh: ip netns, the MPI tests across network namespaces
   pkgs+=(iproute2)
+  # scripts/test.sh: ps walks the background build's processes (renice
+  # is bsdutils, essential); procps is not in a minimal Debian image
+  pkgs+=(procps)
   # pip install ./client/python into a venv (tests/packages)
   pkgs+=(python3-venv python3-pip python3-setuptools)
   # The interop test needs node and npm; this machine kind ships them
