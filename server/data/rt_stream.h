@@ -45,8 +45,10 @@
  *
  * Determinism. The order is a pure function of (seed, epoch) drawn from
  * the counter-based RNG, and each row is converted (and augmented, keyed
- * by seed, epoch and its index) on its own into its own place, so a batch
- * is a pure function of (seed, epoch, position): it does not depend on the
+ * by seed, epoch and its index, or by the use's aug_epoch and row0 + its
+ * index: the in-memory key, rt_view_epoch) on its own into its own place,
+ * so a batch is a pure function of (seed, epoch, position, key): it does
+ * not depend on the
  * mapping, the number of workers or their timing, and a resumed or re-run
  * program sees the same data. Asking for a batch other than the next one
  * drops what was read ahead and starts again there.
