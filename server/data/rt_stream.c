@@ -70,6 +70,10 @@ struct rt_stream {
     uint64_t seed;
     int64_t batch;
     int shuffle, augment, eval;
+    /* the draws' key: a batch of epoch e draws on epoch aug_base + (e -
+     * aug_at), its rows on row0 + their samples */
+    uint64_t aug_base, row0;
+    int64_t aug_at;
     int64_t head, sched;
     int64_t h_epoch, h_pos, s_epoch, s_pos;
     int s_end;      /* evaluation: every batch is scheduled */
@@ -390,9 +394,10 @@ static int pread_all(const rt_stream *st, uint8_t *dst, uint64_t len, uint64_t o
 }
 
 /* A row's bytes into x: the 8-bit block converted as the in-memory path
- * converts it, the other floats copied. */
-static void convert_row(const rt_stream *st, const uint8_t *row, int64_t sample, int64_t epoch,
-                        int augment, uint64_t seed, float *x)
+ * converts it (augmented: with the draws of (key_epoch, key_row)), the
+ * other floats copied. */
+static void convert_row(const rt_stream *st, const uint8_t *row, uint64_t key_row,
+                        uint64_t key_epoch, int augment, uint64_t seed, float *x)
 {
     const rt_stream_rows *R = &st->R;
     const uint8_t *f = row + R->u8_len; /* the f32 values, unaligned */
@@ -414,7 +419,7 @@ static void convert_row(const rt_stream *st, const uint8_t *row, int64_t sample,
     case RT_ROWS_U8_IMAGE:
         if (augment) {
             rt_image_aug a;
-            rt_image_aug_draw(&R->img, seed, (uint64_t)epoch, (uint64_t)sample, &a);
+            rt_image_aug_draw(&R->img, seed, key_epoch, key_row, &a);
             rt_image_to_input(&R->img, row, xb, &a);
         } else {
             rt_image_lut_apply(&R->img, st->plain, row, xb);
@@ -426,21 +431,26 @@ static void convert_row(const rt_stream *st, const uint8_t *row, int64_t sample,
 
 /* One sample into x through the thread's scratch; 0 or an error with a
  * message. Thread-safe. */
-static int decode_one(const rt_stream *st, int64_t sample, int64_t epoch, int augment,
-                      uint64_t seed, float *x, scratch *sc, char *msg, size_t ml)
+static int decode_one(const rt_stream *st, int64_t sample, uint64_t row0, uint64_t key_epoch,
+                      int augment, uint64_t seed, float *x, scratch *sc, char *msg, size_t ml)
 {
     if (!sc->ok)
         return rt_errf(msg, ml, RT_ENOMEM, "out of memory for read scratch");
     int rc = pread_all(st, sc->row, st->row_bytes, (uint64_t)sample * st->row_bytes, msg, ml);
     if (rc == 0)
-        convert_row(st, sc->row, sample, epoch, augment, seed, x);
+        convert_row(st, sc->row, row0 + (uint64_t)sample, key_epoch, augment, seed, x);
     return rc;
 }
 
-/* Whether rows of this stream are augmented when training. */
-static int augments(const rt_stream *st)
+int rt_stream_augments(const rt_stream *st)
 {
     return st->R.u8_len && st->R.u8_kind == RT_ROWS_U8_IMAGE && rt_image_spec_augments(&st->R.img);
+}
+
+/* The draws' epoch of a training batch of epoch e, as u keys it. */
+static uint64_t aug_epoch(const rt_stream_use *u, int64_t e)
+{
+    return u->aug_keyed ? u->aug_epoch : (uint64_t)e;
 }
 
 /* Under mu: claim up to max rows of sl and decode them with mu released,
@@ -451,8 +461,11 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
 {
     const int64_t r0 = sl->next, k = sl->nb - r0 < max ? sl->nb - r0 : max;
     sl->next += k;
-    const int64_t epoch = sl->epoch;
-    const int augment = st->augment && !st->eval && augments(st);
+    /* a slot decoded ahead, past the epoch it was asked in, draws on the
+     * next epochs: its key is checked when it is taken (fill_locked) */
+    const int augment = st->augment && !st->eval && rt_stream_augments(st);
+    const uint64_t key_epoch = augment ? st->aug_base + (uint64_t)(sl->epoch - st->aug_at) : 0,
+                   row0 = st->row0;
     const uint64_t seed = st->seed;
     st->busy++;
     pthread_mutex_unlock(&st->mu);
@@ -462,8 +475,8 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
     int64_t bad = INT64_MAX; /* the first failing row, as in row order */
     if (!team) {
         for (int64_t r = r0; r < r0 + k && rc == 0; r++) {
-            rc = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->R.per, sc, msg,
-                            sizeof msg);
+            rc = decode_one(st, sl->idx[r], row0, key_epoch, augment, seed, sl->x + r * st->R.per,
+                            sc, msg, sizeof msg);
             if (rc < 0)
                 bad = r;
         }
@@ -472,8 +485,8 @@ static void decode_rows(rt_stream *st, slot *sl, int64_t max, scratch *sc, scrat
         for (int64_t r = r0; r < r0 + k; r++) {
             char m[200];
             int t = omp_get_thread_num();
-            int e = decode_one(st, sl->idx[r], epoch, augment, seed, sl->x + r * st->R.per,
-                               &team[t < n_team ? t : 0], m, sizeof m);
+            int e = decode_one(st, sl->idx[r], row0, key_epoch, augment, seed,
+                               sl->x + r * st->R.per, &team[t < n_team ? t : 0], m, sizeof m);
             if (e < 0) {
 #pragma omp critical(rt__stream_err)
                 if (r < bad) {
@@ -526,6 +539,7 @@ static void *worker(void *arg)
 static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t pos, char *err,
                    size_t errlen)
 {
+    const int eval = epoch == RT_EPOCH_EVAL;
     /* no new rows; wait for the rows being decoded into the buffers */
     st->active = 0;
     for (int64_t q = st->head; q < st->sched; q++)
@@ -555,7 +569,10 @@ static int restart(rt_stream *st, const rt_stream_use *u, int64_t epoch, int64_t
     st->batch = u->batch;
     st->shuffle = u->shuffle;
     st->augment = u->augment;
-    st->eval = epoch == RT_EPOCH_EVAL;
+    st->aug_base = eval ? 0 : aug_epoch(u, epoch);
+    st->aug_at = epoch;
+    st->row0 = u->row0;
+    st->eval = eval;
     st->h_epoch = st->s_epoch = epoch;
     st->h_pos = st->s_pos = pos;
     st->s_end = 0;
@@ -584,9 +601,15 @@ static int fill_locked(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
                        (long long)pos, (long long)nb);
     pthread_mutex_lock(&st->mu);
     const int eval = epoch == RT_EPOCH_EVAL;
-    const int same = st->active && st->seed == u->seed && st->batch == u->batch &&
-                     st->shuffle == u->shuffle && st->augment == u->augment && st->eval == eval &&
-                     st->h_epoch == epoch && st->h_pos == pos;
+    /* the batches read ahead serve only when drawn on the key this one
+     * asks for: a training batch's draws are keyed on the epoch that
+     * rt_view_epoch gave u, which one read ahead into the next epoch may
+     * not have guessed */
+    const int same =
+        st->active && st->seed == u->seed && st->batch == u->batch && st->shuffle == u->shuffle &&
+        st->augment == u->augment && st->eval == eval && st->h_epoch == epoch && st->h_pos == pos &&
+        (eval || (st->row0 == u->row0 &&
+                  st->aug_base + (uint64_t)(epoch - st->aug_at) == aug_epoch(u, epoch)));
     int rc = 0;
     if (!same && (rc = restart(st, u, epoch, pos, err, errlen)) < 0) {
         pthread_mutex_unlock(&st->mu);
@@ -664,16 +687,17 @@ static int fill_mapped(const rt_stream_use *u, int64_t epoch, int64_t pos, int64
         }
         idx = st->order + start;
     }
-    const int augment = u->augment && !eval && augments(st);
+    const int augment = u->augment && !eval && rt_stream_augments(st);
     const int64_t per = st->R.per;
-    const uint64_t rb = st->row_bytes;
+    const uint64_t rb = st->row_bytes, ke = eval ? 0 : aug_epoch(u, epoch);
     /* the team only for batches worth a fork and a barrier (a 224 x 224
      * image batch, not a Fashion-MNIST one): under load a barrier can
      * cost a time slice */
 #pragma omp parallel for schedule(static) if (nb * per >= (1 << 20))
     for (int64_t r = 0; r < nb; r++) {
         const int64_t s = idx ? idx[r] : start + r;
-        convert_row(st, st->map + (uint64_t)s * rb, s, epoch, augment, u->seed, x + r * per);
+        convert_row(st, st->map + (uint64_t)s * rb, u->row0 + (uint64_t)s, ke, augment, u->seed,
+                    x + r * per);
     }
     if (y && u->y) {
         const size_t lb = (size_t)u->lab_per * 4;

@@ -45,8 +45,10 @@
  *
  * Determinism. The order is a pure function of (seed, epoch) drawn from
  * the counter-based RNG, and each row is converted (and augmented, keyed
- * by seed, epoch and its index) on its own into its own place, so a batch
- * is a pure function of (seed, epoch, position): it does not depend on the
+ * by seed, epoch and its index, or by the use's aug_epoch and row0 + its
+ * index: the in-memory key, rt_view_epoch) on its own into its own place,
+ * so a batch is a pure function of (seed, epoch, position, key): it does
+ * not depend on the
  * mapping, the number of workers or their timing, and a resumed or re-run
  * program sees the same data. Asking for a batch other than the next one
  * drops what was read ahead and starts again there.
@@ -123,6 +125,9 @@ uint64_t rt_stream_file_bytes(const rt_stream *st); /* the spool file */
 int rt_stream_mapped(const rt_stream *st);
 int rt_stream_threads(const rt_stream *st);
 int64_t rt_stream_shuffle_buffer(const rt_stream *st);
+/* Whether its rows are augmented when training (8-bit images with an
+ * augmentation in their spec). */
+int rt_stream_augments(const rt_stream *st);
 
 /* How one program reads a stream (the fill_ud of its rt_data). */
 typedef struct rt_stream_use {
@@ -136,6 +141,13 @@ typedef struct rt_stream_use {
     const float *sw;      /* per-sample weights (n), or NULL */
     struct rt_held *held; /* st NULL: a held set's rows (rt_data.h), n of them */
     int64_t n;
+    /* The augmentation's key, as the in-memory gather's (rt_view_epoch
+     * sets it before each run of training steps): aug_keyed, the draws of
+     * every training batch are keyed on aug_epoch and row0 + the row's
+     * sample (row0: the set's first row in its whole, a chunk's); 0, on
+     * the batch's epoch and its sample. */
+    int aug_keyed;
+    uint64_t aug_epoch, row0;
 } rt_stream_use;
 
 /* rt_batch_fill (rt_engine.h) over an rt_stream_use: x from the rows,

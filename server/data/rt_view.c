@@ -118,10 +118,15 @@ int rt_view_make(rt_dataset *ds, const rt_view_spec *v, int need_labels, rt_stre
     return 0;
 }
 
+int rt_view_augments(const rt_dataset *ds)
+{
+    return ds->img != NULL || (ds->stream && rt_stream_augments(ds->stream));
+}
+
 int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step,
                   const rt_view_chunk *ck, rt_data *d, char *err, size_t errlen)
 {
-    if (!ds->img)
+    if (!rt_view_augments(ds))
         return 0;
     int64_t spe = (d->n + v->batch_size - 1) / v->batch_size;
     uint64_t row0 = 0;
@@ -146,6 +151,16 @@ int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step,
             global_step = 0;
     }
     uint64_t epoch = (uint64_t)(global_step / (spe > 0 ? spe : 1));
+    if (!ds->img) {
+        /* streamed: its workers draw on the same key (rt_view_make's use) */
+        rt_stream_use *u = d->fill_ud;
+        if (d->fill != rt_stream_fill || !u || u->st != ds->stream)
+            return rt_errf(err, errlen, RT_EINTERNAL, "the view of a streamed set has no stream");
+        u->aug_keyed = 1;
+        u->aug_epoch = epoch;
+        u->row0 = row0;
+        return 0;
+    }
     const rt_image_spec *m = &ds->img_spec;
     d->aug = (rt_augment){.img = ds->img,
                           .h = m->h,

@@ -69,13 +69,19 @@ typedef struct rt_view_chunk {
     uint64_t rows_before, whole_spe;
 } rt_view_chunk;
 
+/* Whether ds's images are augmented when training (in memory, or its
+ * stream's rows): its training steps run an epoch at a time, each after
+ * rt_view_epoch. */
+int rt_view_augments(const rt_dataset *ds);
+
 /* A dataset with image augmentation: d->aug asks the training step's
  * gather for the images of the epoch that global_step is in, drawn from
- * the plan's seed, so a rerun or a resumed run sees the same images. A
- * chunk (ck not NULL and set) draws as the whole set would: on the
- * whole set's epoch (of the steps before the chunk's first) and the rows'
- * ids in it. Returns 0 (also without augmentation), or RT_EINVAL for a
- * chunk that does not fit its whole. */
+ * the plan's seed, so a rerun or a resumed run sees the same images; a
+ * streamed set's workers draw on the same key (d's rt_stream_use, from
+ * rt_view_make). A chunk (ck not NULL and set) draws as the whole set
+ * would: on the whole set's epoch (of the steps before the chunk's first)
+ * and the rows' ids in it. Returns 0 (also without augmentation), or
+ * RT_EINVAL for a chunk that does not fit its whole. */
 int rt_view_epoch(rt_dataset *ds, const rt_view_spec *v, int64_t global_step,
                   const rt_view_chunk *ck, rt_data *d, char *err, size_t errlen);
 

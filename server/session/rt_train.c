@@ -358,7 +358,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
                  .host = ctx->host,
                  .in = in,
                  .out = out,
-                 .stop_for_val = val_in || ctx->ds->img != NULL,
+                 .stop_for_val = val_in || rt_view_augments(ctx->ds),
                  .gen = rt_program_run_begin(p),
                  .stop_on_nan = in->stop_on_nan};
     int64_t left = (int64_t)in->steps, done = 0;
@@ -373,7 +373,7 @@ int rt_program_run_steps(rt_program *p, rt_train_ctx *ctx, const rt_run_steps_in
         char verr[200];
         /* the step only matters to a set with augmentation (its epoch's
          * images), as stop_for_val knows */
-        int64_t gs = ctx->ds->img ? rt_exec_global_step(e) : 0;
+        int64_t gs = rt_view_augments(ctx->ds) ? rt_exec_global_step(e) : 0;
         if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, NULL, &d, verr, sizeof verr)) <
             0) {
             rt_program_run_end(p);
@@ -766,7 +766,7 @@ static int fit_loop(rt_program *p, rt_train_ctx *ctx, const rt_fit_in *in, uint6
         char verr[200];
         /* the step only matters to a set with augmentation (its epoch's
          * images), as in RunSteps */
-        int64_t gs = ctx->ds->img ? rt_exec_global_step(rt_program_exec(p)) : 0;
+        int64_t gs = rt_view_augments(ctx->ds) ? rt_exec_global_step(rt_program_exec(p)) : 0;
         if ((rc = rt_view_epoch(ctx->ds, rt_program_view(p), gs, &in->chunk, &d, verr,
                                 sizeof verr)) < 0)
             return rt_errf(err, errlen, rc, "dataset %s: %s", ctx->ds->id, verr);
