@@ -23,35 +23,24 @@
 
 #define RT_TESTRNG_SEED 0x3c6ef372fe94f82bull
 #include "../lib/rt_testrng.h"
+#include "rt_testbf16.h"
 
-/* bf16 of f: round to nearest even at 8 significant bits (the format's
- * definition, not the kernel's code), as the float it is */
-static float bf(float f)
-{
-    if (f == 0.0f || !isfinite(f))
-        return f;
-    int e;
-    frexp((double)f, &e);
-    const double q = ldexp(1.0, e - 8);
-    return (float)(nearbyint((double)f / q) * q);
-}
-static uint16_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (uint16_t)(u >> 16);
-}
-static float widen(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 #define CAP (1 << 19)
 static float xr[2][CAP], y32[CAP], yv[CAP], dy[CAP], dxa[CAP], dxb[CAP];
 static uint16_t xb[2][CAP], yb[CAP];
+
+/* the outputs of a bf16 kernel (yb where by, else yv) that differ in
+ * their bits from the float32 kernel's y32 (rounded where by) */
+static int64_t ydiff(int by, int64_t ny)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        const float want = by ? bf(y32[i]) : y32[i], got = by ? widen(yb[i]) : yv[i];
+        bad += memcmp(&want, &got, sizeof want) != 0;
+    }
+    return bad;
+}
 
 /* ------------------------------------------------------------------ Pad */
 
@@ -100,11 +89,7 @@ static void check_pad(int64_t n, int64_t H, int64_t W, int64_t C, int64_t pt, in
         for (int64_t i = 0; i < ny; i++)
             yb[i] = 0x7fc1, yv[i] = NAN;
         k16->fwd(&c);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < ny; i++) {
-            const float want = by ? bf(y32[i]) : y32[i], got = by ? widen(yb[i]) : yv[i];
-            bad += memcmp(&want, &got, sizeof want) != 0;
-        }
+        const int64_t bad = ydiff(by, ny);
         CHECKF(bad == 0, "Pad %lldx%lldx%lldx%lld bx=%d by=%d: %lld of %lld outputs differ",
                (long long)n, (long long)H, (long long)W, (long long)C, bx, by, (long long)bad,
                (long long)ny);
@@ -215,11 +200,7 @@ static void check_bin(int64_t n, rt__shape s0, rt__shape s1, rt__shape out)
             for (int64_t i = 0; i < ny; i++)
                 yb[i] = 0x7fc1, yv[i] = NAN;
             k16->fwd(&c);
-            int64_t bad = 0;
-            for (int64_t i = 0; i < ny; i++) {
-                const float want = by ? bf(y32[i]) : y32[i], got = by ? widen(yb[i]) : yv[i];
-                bad += memcmp(&want, &got, sizeof want) != 0;
-            }
+            const int64_t bad = ydiff(by, ny);
             CHECKF(bad == 0, "%s flat=%d n=%lld in=%u by=%d: %lld of %lld outputs differ",
                    ops[o]->name, nd.p.bcast.flat, (long long)n, bi, by, (long long)bad,
                    (long long)ny);
@@ -257,8 +238,8 @@ static void check_bin(int64_t n, rt__shape s0, rt__shape s1, rt__shape out)
 /* The bf16 table's BatchNorm + Relu with x and y stored bf16 against the
  * same kernel with both float32 holding the rounded x and the bf16 y
  * widened: the forward's y rounded once, the backward's dx, dgamma and
- * dbeta bit for bit (overwriting: dx's rows hold the masked dy between
- * its passes; adding). */
+ * dbeta bit for bit, overwriting (dx's rows hold the masked dy between
+ * its passes) and adding. */
 static void check_bn_relu(int64_t n, int64_t H, int64_t W, int64_t C)
 {
     rt__shape xs = {.ndim = 3, .batched = 1, .d = {H, W, C}};

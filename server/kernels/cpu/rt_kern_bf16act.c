@@ -288,18 +288,18 @@ static inline const void *rt__at(const void *p, int bf, int64_t o)
 }
 
 /* Visits the output of sample s of a broadcasting binary (rt__bcast_params,
- * dim 0 the batch) in order, one run of its last dim at a time: body sees
+ * dim 0 the batch) in order, one run of its last dim at a time: the body sees
  * o (the run's output offset), oa, ob (the inputs' offsets), inner (the
  * run's length) and ia, ib (the inputs' strides along it), as
  * rt_kern_eltwise.c's loop visits the whole batch. */
-#define RT__BC_SAMPLE(p, s, pout, body)                                                     \
+#define RT__BC_SAMPLE(p, s, pout, ...)                                                      \
     do {                                                                                    \
         const int R_ = (p)->R;                                                              \
         const int64_t inner = R_ > 1 ? (p)->d[R_ - 1] : 1;                                  \
         const int64_t ia = R_ > 1 ? (p)->sa[R_ - 1] : 0, ib = R_ > 1 ? (p)->sb[R_ - 1] : 0; \
         int64_t idx_[RT__BC_MAXR] = {0}, oa = (s) * (p)->sa[0], ob = (s) * (p)->sb[0];      \
         for (int64_t o = (s) * (pout); o < ((s) + 1) * (pout); o += inner) {                \
-            body;                                                                           \
+            __VA_ARGS__;                                                                    \
             for (int d_ = R_ - 2; d_ >= 1; d_--) {                                          \
                 idx_[d_]++;                                                                 \
                 oa += (p)->sa[d_];                                                          \
@@ -355,9 +355,19 @@ static void rt__bin_bwd_smp(const rt__kargs *a, int op, int k, int64_t s)
         const float *restrict dy = a->dy + o;
         float *restrict dx = a->dx[k] + (k ? ob : oa);
         const int64_t sk = k ? ib : ia;
-        for (int64_t j = 0; j < inner; j++)
-            dx[j * sk] += rt_kern_bin_d(op, k, rt__ld1(x0, b0, oa + j * ia),
-                                        rt__ld1(x1, b1, ob + j * ib), dy[j]);
+        if (op == RT_KERN_MUL) {
+            /* the float32 kernel's expression, so a compiler contracts
+             * (FMA) both alike */
+            const void *ot = k ? x0 : x1;
+            const int bo = k ? b0 : b1;
+            const int64_t oo = k ? oa : ob, so = k ? ia : ib;
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += dy[j] * rt__ld1(ot, bo, oo + j * so);
+        } else {
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += rt_kern_bin_d(op, k, rt__ld1(x0, b0, oa + j * ia),
+                                            rt__ld1(x1, b1, ob + j * ib), dy[j]);
+        }
     });
 }
 
@@ -411,7 +421,12 @@ void rt_kern_bf16_bin_bwd(const rt__kargs *a)
             const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
             const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
             float *o = dx + i0;
-            if (add)
+            /* Mul: the float32 kernel's expression (contracted alike) */
+            const float *ot = k ? x0 : x1;
+            if (add && op == RT_KERN_MUL)
+                for (int64_t i = 0; i < m; i++)
+                    o[i] += dy[i0 + i] * ot[i];
+            else if (add)
                 for (int64_t i = 0; i < m; i++)
                     o[i] += rt_kern_bin_d(op, k, x0[i], x1[i], dy[i0 + i]);
             else

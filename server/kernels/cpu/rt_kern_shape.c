@@ -229,49 +229,42 @@ void rt_kern_map_bwd(const rt__kargs *a)
 /* one sample of Pad with x and/or y stored bf16 (bx, by): the fill value
  * (fill16 its bf16) where the output gets one, then each landing run
  * copied: 2-byte values where both sides are bf16, else widened or
- * rounded one value at a time as the float32 kernel's copy would be
- * rounded */
+ * rounded as the float32 kernel's copy would be rounded. A Pad's runs
+ * land contiguously (its output's last dim has stride 1; a sample of
+ * rank 0 is one run of one value). */
 static void rt__pad_smp(const rt__map_params *p, const void *xs, int bx, void *ys_, int by,
                         uint16_t fill16)
 {
-    if (by) {
-        uint16_t *restrict y = ys_;
+    RT_ASSERT(p->R == 0 || p->os[p->R - 1] == 1);
+    if (!by) {
+        float *restrict y = ys_;
+        const uint16_t *restrict x = xs;
         if (p->fill)
             for (int64_t i = 0; i < p->out_numel; i++)
-                y[i] = fill16;
-        if (bx) {
-            const uint16_t *restrict x = xs;
-            RT__MAP_RUNS(p, {
-                if (ys == 1)
-                    memcpy(y + yo, x + xo, sizeof(uint16_t) * (size_t)len);
-                else
-                    for (int64_t j = 0; j < len; j++)
-                        y[yo + j * ys] = x[xo + j];
-            });
-        } else {
-            const float *restrict x = xs;
-            RT__MAP_RUNS(p, {
-                if (ys == 1)
-                    rt_kern_to_bf16_serial(y + yo, x + xo, len);
-                else
-                    for (int64_t j = 0; j < len; j++)
-                        y[yo + j * ys] = rt_kern_bf16_round(x[xo + j]);
-            });
-        }
+                y[i] = p->value;
+        RT__MAP_RUNS(p, {
+            (void)ys;
+            rt_kern_from_bf16_serial(y + yo, x + xo, len);
+        });
         return;
     }
-    float *restrict y = ys_;
-    const uint16_t *restrict x = xs;
+    uint16_t *restrict y = ys_;
     if (p->fill)
         for (int64_t i = 0; i < p->out_numel; i++)
-            y[i] = p->value;
-    RT__MAP_RUNS(p, {
-        if (ys == 1)
-            rt_kern_from_bf16_serial(y + yo, x + xo, len);
-        else
-            for (int64_t j = 0; j < len; j++)
-                y[yo + j * ys] = rt_kern_bf16_widen(x[xo + j]);
-    });
+            y[i] = fill16;
+    if (bx) {
+        const uint16_t *restrict x = xs;
+        RT__MAP_RUNS(p, {
+            (void)ys;
+            memcpy(y + yo, x + xo, sizeof(uint16_t) * (size_t)len);
+        });
+    } else {
+        const float *restrict x = xs;
+        RT__MAP_RUNS(p, {
+            (void)ys;
+            rt_kern_to_bf16_serial(y + yo, x + xo, len);
+        });
+    }
 }
 
 void rt_kern_pad_bf16_fwd(const rt__kargs *a)
