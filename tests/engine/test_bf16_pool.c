@@ -30,31 +30,8 @@
 
 #define RT_TESTRNG_SEED 0x6a09e667f3bcc909ull
 #include "../lib/rt_testrng.h"
+#include "rt_testbf16.h"
 
-/* bf16 of f: round to nearest even at 8 significant bits (the format's
- * definition, not the kernel's code), as the float it is */
-static float bf(float f)
-{
-    if (f == 0.0f || !isfinite(f))
-        return f;
-    int e;
-    frexp((double)f, &e);
-    const double q = ldexp(1.0, e - 8);
-    return (float)(nearbyint((double)f / q) * q);
-}
-static uint16_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (uint16_t)(u >> 16);
-}
-static float widen(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 enum { B = 3, H = 7, W = 6 };
 

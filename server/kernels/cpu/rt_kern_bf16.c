@@ -63,16 +63,6 @@ int rt_kern_bf16_supported(char *err, size_t errlen)
 
 /* ---------------------------------------------------------- conversion */
 
-static inline uint16_t rt__bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 void rt_kern_from_bf16_serial(float *restrict d, const uint16_t *restrict s, int64_t n)
 {
     int64_t i = 0;
@@ -99,7 +89,7 @@ void rt_kern_to_bf16_serial(uint16_t *restrict d, const float *restrict s, int64
     }
 #endif
     for (; i < n; i++)
-        d[i] = rt__bf16(s[i]);
+        d[i] = rt_kern_bf16_round(s[i]);
 }
 
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n)
@@ -1074,7 +1064,7 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_relu, NULL, rt_kern_bf16_relu_fwd, rt_kern_bf16_relu_bwd, NULL, NULL},
     {&rt__op_clip, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
     {&rt__op_kerasrelu, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
-    {&rt__op_pad, NULL, rt_kern_bf16_smp_fwd, rt_kern_bf16_smp_bwd, NULL, rt_kern_bf16_smp_prepare},
+    {&rt__op_pad, NULL, rt_kern_pad_bf16_fwd, rt_kern_pad_bf16_bwd, NULL, NULL},
     /* the pools' own kernels read and write bf16 (rt_kern_pool.c) */
     {&rt__op_maxpool2d, NULL, rt_kern_maxpool2d_fwd, rt_kern_maxpool2d_bwd, NULL,
      rt_kern_pool_prepare},
@@ -1088,12 +1078,12 @@ static const rt__kernel rt__bf16_table[] = {
     {&rt__op_gaussiandropout, NULL, rt_kern_bf16_dropout_fwd, rt_kern_dropout_bwd, NULL, NULL},
     {&rt__op_flatten, NULL, rt_kern_bf16_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
     {&rt__op_reshape, NULL, rt_kern_bf16_copy_fwd, rt_kern_copy_bwd, NULL, NULL},
-    {&rt__op_add, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
-    {&rt__op_sub, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
-    {&rt__op_mul, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
-    {&rt__op_div, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
-    {&rt__op_max, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
-    {&rt__op_min, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, rt_kern_bf16_bin_prepare},
+    {&rt__op_add, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, NULL},
+    {&rt__op_sub, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, NULL},
+    {&rt__op_mul, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, NULL},
+    {&rt__op_div, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, NULL},
+    {&rt__op_max, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, NULL},
+    {&rt__op_min, NULL, rt_kern_bf16_bin_fwd, rt_kern_bf16_bin_bwd, NULL, NULL},
 };
 
 const rt__kernel *rt_kern_bf16_kernel(const rt__node *nd, const rt__op_def *fused)

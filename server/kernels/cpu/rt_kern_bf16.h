@@ -13,6 +13,7 @@
 #define RTRAIN_KERN_BF16_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "rt_engine_impl.h"
 
@@ -55,6 +56,25 @@ extern int rt_kern_bf16_pool_chunk;
 extern int rt_kern_bf16_col_oc;
 extern int rt_kern_bf16_col_rows;
 
+/* bf16(f), round to nearest even (a NaN stays a quiet NaN), and its
+ * widening back to float32 (exact): one value */
+static inline uint16_t rt_kern_bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float rt_kern_bf16_widen(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN) */
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n);
 /* the same on the calling thread (a chunk of a parallel loop) */
@@ -87,20 +107,22 @@ void rt_kern_bf16_unary_bwd(const rt__kargs *a);
  * backward reads dy only) */
 void rt_kern_bf16_dropout_fwd(const rt__kargs *a);
 int rt_kern_bf16_dropout_kind(const rt__op_def *op);
-/* Pad (and the broadcasting binaries) on values stored bf16: its float32
- * kernel a sample at a time on widened copies (rt_kern_bf16act.c).
- * MaxPool2D, AvgPool2D and GlobalAvgPool read and write bf16 in their own
- * kernels (rt_kern_pool.c, by node->bf16_in / bf16_out). */
-int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A);
-void rt_kern_bf16_smp_fwd(const rt__kargs *a);
-void rt_kern_bf16_smp_bwd(const rt__kargs *a);
+/* Pad on values stored bf16 (rt_kern_shape.c): 2-byte copies where x and
+ * y are both bf16 (widened or rounded where one side is float32), the
+ * fill value rounded to bf16, the samples over the threads where large;
+ * its backward (float32 dy into float32 dx) is the float32 kernel's loop
+ * over the threads. MaxPool2D, AvgPool2D and GlobalAvgPool read and write
+ * bf16 in their own kernels (rt_kern_pool.c, by node->bf16_in /
+ * bf16_out). */
+void rt_kern_pad_bf16_fwd(const rt__kargs *a);
+void rt_kern_pad_bf16_bwd(const rt__kargs *a);
 /* Concat, Flatten and Reshape on bf16 values, directly (2-byte copies) */
 void rt_kern_bf16_concat_fwd(const rt__kargs *a);
 void rt_kern_bf16_copy_fwd(const rt__kargs *a);
 /* Add, Sub, Mul, Div, Max, Min: of two tensors of the output's shape on
- * widened chunks; broadcasting, their float32 kernels a sample at a time
- * (Add's and Sub's backward, which reads no x, over the batch) */
-int rt_kern_bf16_bin_prepare(rt__node *nd, int64_t B, rt__arena *A);
+ * widened chunks; broadcasting, the samples over the threads, each input
+ * widened and the result rounded as the loop reads and writes them (Add's
+ * and Sub's backward, which reads no x, their float32 kernels) */
 void rt_kern_bf16_bin_fwd(const rt__kargs *a);
 void rt_kern_bf16_bin_bwd(const rt__kargs *a);
 /* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */

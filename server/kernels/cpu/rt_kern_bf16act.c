@@ -13,17 +13,20 @@
  * and Conv2D read a bf16 input directly and write a bf16 output from
  * their primitives (rt_kern_bf16.c).
  *
- * Concat copies rows (2-byte values where both sides are bf16) and Add
- * (of two tensors of the output's shape) adds chunks widened on the stack.
- * Pad runs its float32 kernel a sample at a time (rt_kern_bf16_smp_*):
- * each thread widens its sample's bf16 input into its scratch, runs the
- * float32 kernel on that one sample, and rounds the sample's output into
- * y, in cache; its backward reads dy only. MaxPool2D, AvgPool2D and
- * GlobalAvgPool read and write bf16 in their own kernels (rt_kern_pool.c).
+ * Concat copies rows (2-byte values where both sides are bf16). The
+ * binaries (Add, Sub, Mul, Div, Max, Min), broadcasting or not, widen
+ * their bf16 inputs and round their bf16 output in registers as the loop
+ * reads and writes them (the samples over the threads); the backwards of
+ * Mul, Div, Max and Min read x widened the same way. Pad
+ * (rt_kern_shape.c), MaxPool2D, AvgPool2D and GlobalAvgPool
+ * (rt_kern_pool.c) read and write bf16 in their own kernels.
  */
 #include <string.h>
 
 #include <omp.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "cpu/rt_kern_bf16.h"
 #include "cpu/rt_kern_conv.h"
@@ -169,100 +172,7 @@ void rt_kern_bf16_unary_bwd(const rt__kargs *a)
     });
 }
 
-/* ------------------------------------------------- a sample at a time */
-
-/* the float32 kernel's node data and scratch, the scratch a thread */
-typedef struct {
-    void *kd;
-    int64_t f32s, stride;
-    int nt;
-} rt__smp;
-
-int rt_kern_bf16_smp_prepare(rt__node *nd, int64_t B, rt__arena *A)
-{
-    const rt__kernel *k = rt_kern_cpu_f32_kernel(nd->op, NULL);
-    RT_ASSERT(k && rt__bf16_sample_op(nd));
-    int rc;
-    if (k->prepare && (rc = k->prepare(nd, B, A)) < 0)
-        return rc;
-    rt__smp *s = rt__arena_alloc(A, sizeof *s);
-    if (!s)
-        return RT_ENOMEM;
-    s->kd = nd->kdata;
-    s->f32s = (nd->scratch_floats + 15) & ~(int64_t)15;
-    s->nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
-    s->stride = s->f32s;
-    for (int j = 0; j < nd->n_in; j++)
-        if (nd->bf16_in & RT__BF16_IN(j))
-            s->stride += (rt__numel_n(nd->in_shape[j], 1) + 15) & ~(int64_t)15;
-    if (nd->bf16_out)
-        s->stride += (rt__numel_n(&nd->out, 1) + 15) & ~(int64_t)15;
-    nd->kdata = s;
-    nd->scratch_floats = s->nt * s->stride;
-    return 0;
-}
-
-/* the float32 kernel over the batch, sample by sample: fwd, or the
- * backward of a broadcasting binary (x widened; dx and dy
- * are float32) into the gradients of the inputs in dxm (RT__BF16_IN
- * bits), the samples in parallel (par) or in order (an unbatched input's
- * gradient sums over the samples: each adds to it after the first) */
-static void rt__smp_run(const rt__kargs *a, int fwd, unsigned dxm, int par)
-{
-    const rt__smp *s = a->nd->kdata;
-    const rt__kernel *k = rt_kern_cpu_f32_kernel(a->nd->op, NULL);
-    rt__node nd = *a->nd;
-    nd.kdata = s->kd;
-    rt__run r1 = *a->r;
-    r1.n = 1;
-    const int64_t n = a->r->n, pout = rt__numel_n(&nd.out, 1);
-    const int by = fwd && nd.bf16_out;
-#pragma omp parallel for num_threads(s->nt) schedule(static) if (par && n * pout > RT__CH_PAR)
-    for (int64_t b = 0; b < n; b++) {
-        float *t = a->scratch + omp_get_thread_num() * s->stride, *q = t + s->f32s;
-        rt__kargs c = *a;
-        c.nd = &nd, c.r = &r1, c.scratch = t;
-        c.accum = par || b == 0 ? a->accum : a->accum | dxm;
-        for (int j = 0; j < nd.n_in; j++) {
-            /* an unbatched input (a binary's broadcast one): all of it */
-            const int64_t pin = rt__numel_n(nd.in_shape[j], 1);
-            const int64_t off = nd.in_shape[j]->batched ? b * pin : 0;
-            if (nd.bf16_in & RT__BF16_IN(j)) {
-                rt_kern_from_bf16_serial(q, (const uint16_t *)a->x[j] + off, pin);
-                c.x[j] = q;
-                q += (pin + 15) & ~(int64_t)15;
-            } else {
-                c.x[j] = a->x[j] + off;
-            }
-            c.dx[j] = a->dx[j] && (dxm & RT__BF16_IN(j)) ? a->dx[j] + off : NULL;
-        }
-        /* a binary's backward reads no y */
-        c.y = by ? q : a->y && !nd.bf16_out ? a->y + b * pout : NULL;
-        c.dy = a->dy ? a->dy + b * pout : NULL;
-        if (fwd) {
-            k->fwd(&c);
-            if (by)
-                rt_kern_to_bf16_serial((uint16_t *)a->y + b * pout, q, pout);
-        } else {
-            k->bwd(&c);
-        }
-    }
-}
-
-void rt_kern_bf16_smp_fwd(const rt__kargs *a) { rt__smp_run(a, 1, 0, 1); }
-
-/* dx (+)= from dy: the float32 kernel over the batch (y unread) */
-void rt_kern_bf16_smp_bwd(const rt__kargs *a)
-{
-    const rt__smp *s = a->nd->kdata;
-    rt__node nd = *a->nd;
-    nd.kdata = s->kd;
-    rt__kargs c = *a;
-    c.nd = &nd;
-    rt_kern_cpu_f32_kernel(nd.op, NULL)->bwd(&c);
-}
-
-/* --------------------------------------------------- Concat and Add */
+/* -------------------------------------------------------------- Concat */
 
 /* Concat copies: each input's rows into y's, bf16 to bf16 as 2-byte
  * values, widened or rounded where the sides differ */
@@ -305,43 +215,167 @@ static int rt__bop(const rt__op_def *op)
                                : RT_KERN_MIN;
 }
 
-int rt_kern_bf16_bin_prepare(rt__node *nd, int64_t B, rt__arena *A)
+/* value i of an operand, widened where it is stored bf16 */
+static inline float rt__ld1(const void *p, int bf, int64_t i)
 {
-    if (rt__bcast_cp(nd)->flat)
-        return 0;
-    return rt_kern_bf16_smp_prepare(nd, B, A);
+    return bf ? rt_kern_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-/* y = op(x0, x1): of the output's shape, in float32 on chunks widened on
- * the stack; broadcasting, the float32 kernel a sample at a time */
-void rt_kern_bf16_bin_fwd(const rt__kargs *a)
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
+#define RT__BIN_VEC 1
+/* the values i .. i+16 of an operand (those in mask k; the rest zero):
+ * widened in the register from bf16 or loaded float32; stride 0: its one
+ * value in every lane */
+static inline __m512 rt__vld(const void *p, int bf, int64_t s, int64_t i, __mmask16 k)
 {
-    if (!rt__bcast_cp(a->nd)->flat) {
-        rt__smp_run(a, 1, 0, 1);
+    if (!s)
+        return _mm512_set1_ps(rt__ld1(p, bf, 0));
+    if (bf) {
+        const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return _mm512_maskz_loadu_ps(k, (const float *)p + i);
+}
+#endif
+
+/* y[j] = op(x0[j * s0], x1[j * s1]) for j < m, each operand bf16 or
+ * float32 (b0, b1), y rounded to bf16 where by: the float32 arithmetic of
+ * rt_kern_bin on the widened values, rounded once (vcvtneps2bf16: nearest
+ * even, as rt_kern_to_bf16). Strides 0 and 1 (a contiguous input's last
+ * dim) run 16 values a register. */
+static void rt__bin_run(int op, const void *x0, int b0, int64_t s0, const void *x1, int b1,
+                        int64_t s1, void *y, int by, int64_t m)
+{
+#ifdef RT__BIN_VEC
+    if ((s0 == 0 || s0 == 1) && (s1 == 0 || s1 == 1)) {
+        for (int64_t j = 0; j < m; j += 16) {
+            const __mmask16 k = m - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (m - j)) - 1u);
+            const __m512 u = rt__vld(x0, b0, s0, j, k), v = rt__vld(x1, b1, s1, j, k);
+            __m512 r;
+            switch (op) {
+            case RT_KERN_ADD: r = _mm512_add_ps(u, v); break;
+            case RT_KERN_SUB: r = _mm512_sub_ps(u, v); break;
+            case RT_KERN_MUL: r = _mm512_mul_ps(u, v); break;
+            case RT_KERN_DIV: r = _mm512_div_ps(u, v); break;
+            /* u >= v ? u : v, u <= v ? u : v (a NaN compares false) */
+            case RT_KERN_MAX:
+                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, v, _CMP_GE_OQ), v, u);
+                break;
+            default: r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, v, _CMP_LE_OQ), v, u); break;
+            }
+            if (by)
+                _mm256_mask_storeu_epi16((uint16_t *)y + j, k, (__m256i)_mm512_cvtneps_pbh(r));
+            else
+                _mm512_mask_storeu_ps((float *)y + j, k, r);
+        }
         return;
     }
-    const int op = rt__bop(a->nd->op);
-    const int64_t n = rt__numel_n(&a->nd->out, a->r->n);
-    const int b0 = (a->nd->bf16_in & 1u) != 0, b1 = (a->nd->bf16_in & 2u) != 0;
-    RT__CHUNKS(n, {
-        const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
-        const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
-        float *y = a->nd->bf16_out ? tx : a->y + i0;
-        if (op == RT_KERN_ADD)
-            for (int64_t i = 0; i < m; i++)
-                y[i] = x0[i] + x1[i];
+#endif
+    for (int64_t j = 0; j < m; j++) {
+        const float r = rt_kern_bin(op, rt__ld1(x0, b0, j * s0), rt__ld1(x1, b1, j * s1));
+        if (by)
+            ((uint16_t *)y)[j] = rt_kern_bf16_round(r);
         else
-            for (int64_t i = 0; i < m; i++)
-                y[i] = rt_kern_bin(op, x0[i], x1[i]);
-        rt__yput(a, i0, m, tx);
+            ((float *)y)[j] = r;
+    }
+}
+
+/* an element of stored type bf (2 or 4 bytes) at element offset o */
+static inline const void *rt__at(const void *p, int bf, int64_t o)
+{
+    return (const char *)p + o * (bf ? 2 : 4);
+}
+
+/* Visits the output of sample s of a broadcasting binary (rt__bcast_params,
+ * dim 0 the batch) in order, one run of its last dim at a time: the body sees
+ * o (the run's output offset), oa, ob (the inputs' offsets), inner (the
+ * run's length) and ia, ib (the inputs' strides along it), as
+ * rt_kern_eltwise.c's loop visits the whole batch. */
+#define RT__BC_SAMPLE(p, s, pout, ...)                                                      \
+    do {                                                                                    \
+        const int R_ = (p)->R;                                                              \
+        const int64_t inner = R_ > 1 ? (p)->d[R_ - 1] : 1;                                  \
+        const int64_t ia = R_ > 1 ? (p)->sa[R_ - 1] : 0, ib = R_ > 1 ? (p)->sb[R_ - 1] : 0; \
+        int64_t idx_[RT__BC_MAXR] = {0}, oa = (s) * (p)->sa[0], ob = (s) * (p)->sb[0];      \
+        for (int64_t o = (s) * (pout); o < ((s) + 1) * (pout); o += inner) {                \
+            __VA_ARGS__;                                                                    \
+            for (int d_ = R_ - 2; d_ >= 1; d_--) {                                          \
+                idx_[d_]++;                                                                 \
+                oa += (p)->sa[d_];                                                          \
+                ob += (p)->sb[d_];                                                          \
+                if (idx_[d_] < (p)->d[d_])                                                  \
+                    break;                                                                  \
+                oa -= (p)->sa[d_] * (p)->d[d_];                                             \
+                ob -= (p)->sb[d_] * (p)->d[d_];                                             \
+                idx_[d_] = 0;                                                               \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+
+/* y = op(x0, x1), x0, x1 and y each bf16 or float32 (an unbatched input
+ * is float32): of the output's shape in chunks over the threads;
+ * broadcasting, the samples over the threads */
+void rt_kern_bf16_bin_fwd(const rt__kargs *a)
+{
+    const rt__bcast_params *p = rt__bcast_cp(a->nd);
+    const int op = rt__bop(a->nd->op);
+    const int b0 = (a->nd->bf16_in & 1u) != 0, b1 = (a->nd->bf16_in & 2u) != 0;
+    const int by = a->nd->bf16_out != 0;
+    if (p->flat) {
+        const int64_t n = rt__numel_n(&a->nd->out, a->r->n), nc = (n + RT__CH - 1) / RT__CH;
+#pragma omp parallel for schedule(static) if (n > RT__CH_PAR)
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t i0 = c * RT__CH, m = n - i0 < RT__CH ? n - i0 : RT__CH;
+            rt__bin_run(op, rt__at(a->x[0], b0, i0), b0, 1, rt__at(a->x[1], b1, i0), b1, 1,
+                        (void *)rt__at(a->y, by, i0), by, m);
+        }
+        return;
+    }
+    RT_ASSERT(p->batched);
+    const int64_t n = a->r->n, pout = rt__numel_n(&a->nd->out, 1);
+#pragma omp parallel for schedule(static) if (n * pout > RT__CH_PAR)
+    for (int64_t s = 0; s < n; s++)
+        RT__BC_SAMPLE(p, s, pout, {
+            rt__bin_run(op, rt__at(a->x[0], b0, oa), b0, ia, rt__at(a->x[1], b1, ob), b1, ib,
+                        (void *)rt__at(a->y, by, o), by, inner);
+        });
+}
+
+/* sample s's part of dx_k += d op / d x_k * dy, broadcasting (x widened
+ * as read; dx and dy float32): rt_kern_eltwise.c's accumulation, in its
+ * order, on the sample's runs */
+static void rt__bin_bwd_smp(const rt__kargs *a, int op, int k, int64_t s)
+{
+    const rt__bcast_params *p = rt__bcast_cp(a->nd);
+    const int b0 = (a->nd->bf16_in & 1u) != 0, b1 = (a->nd->bf16_in & 2u) != 0;
+    const int64_t pout = rt__numel_n(&a->nd->out, 1);
+    const void *x0 = a->x[0], *x1 = a->x[1];
+    RT__BC_SAMPLE(p, s, pout, {
+        const float *restrict dy = a->dy + o;
+        float *restrict dx = a->dx[k] + (k ? ob : oa);
+        const int64_t sk = k ? ib : ia;
+        if (op == RT_KERN_MUL) {
+            /* the float32 kernel's expression, so a compiler contracts
+             * (FMA) both alike */
+            const void *ot = k ? x0 : x1;
+            const int bo = k ? b0 : b1;
+            const int64_t oo = k ? oa : ob, so = k ? ia : ib;
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += dy[j] * rt__ld1(ot, bo, oo + j * so);
+        } else {
+            for (int64_t j = 0; j < inner; j++)
+                dx[j * sk] += rt_kern_bin_d(op, k, rt__ld1(x0, b0, oa + j * ia),
+                                            rt__ld1(x1, b1, ob + j * ib), dy[j]);
+        }
     });
 }
 
 /* dx_k (+)= d op / d x_k * dy: Add and Sub (which read only dy) their
  * float32 kernel over the batch; the others on widened chunks, or
- * broadcasting a sample at a time on widened x: the batched inputs'
- * gradients in parallel, then an unbatched one's summed over the samples
- * in order (the float32 kernel's order) */
+ * broadcasting on values widened as the loop reads them: a batched
+ * input's gradient the samples over the threads, an unbatched one's
+ * summed over the samples in order (the float32 kernel's order) */
 void rt_kern_bf16_bin_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -351,11 +385,28 @@ void rt_kern_bf16_bin_bwd(const rt__kargs *a)
         rt_kern_cpu_f32_kernel(nd->op, NULL)->bwd(a);
         return;
     }
-    if (!rt__bcast_cp(nd)->flat) {
-        const unsigned bm = rt__bf16_sample_in(nd), um = ((1u << nd->n_in) - 1u) & ~bm;
-        rt__smp_run(a, 0, bm, 1);
-        if (um)
-            rt__smp_run(a, 0, um, 0);
+    const rt__bcast_params *bp = rt__bcast_cp(nd);
+    if (!bp->flat) {
+        RT_ASSERT(bp->batched);
+        const int64_t n = a->r->n, pout = rt__numel_n(&nd->out, 1);
+        for (int k = 0; k < 2; k++) {
+            if (!a->dx[k])
+                continue;
+            const int64_t per = rt__numel_n(nd->in_shape[k], 1);
+            if (!nd->in_shape[k]->batched) {
+                if (!((a->accum >> k) & 1u))
+                    memset(a->dx[k], 0, sizeof(float) * (size_t)per);
+                for (int64_t s = 0; s < n; s++)
+                    rt__bin_bwd_smp(a, op, k, s);
+                continue;
+            }
+#pragma omp parallel for schedule(static) if (n * pout > RT__CH_PAR)
+            for (int64_t s = 0; s < n; s++) {
+                if (!((a->accum >> k) & 1u))
+                    memset(a->dx[k] + s * per, 0, sizeof(float) * (size_t)per);
+                rt__bin_bwd_smp(a, op, k, s);
+            }
+        }
         return;
     }
     const int64_t n = rt__numel_n(&nd->out, a->r->n);
@@ -370,7 +421,12 @@ void rt_kern_bf16_bin_bwd(const rt__kargs *a)
             const float *x0 = rt_kern_bf16_ld(a->x[0], b0, i0, m, tx);
             const float *x1 = rt_kern_bf16_ld(a->x[1], b1, i0, m, ty);
             float *o = dx + i0;
-            if (add)
+            /* Mul: the float32 kernel's expression (contracted alike) */
+            const float *ot = k ? x0 : x1;
+            if (add && op == RT_KERN_MUL)
+                for (int64_t i = 0; i < m; i++)
+                    o[i] += dy[i0 + i] * ot[i];
+            else if (add)
                 for (int64_t i = 0; i < m; i++)
                     o[i] += rt_kern_bin_d(op, k, x0[i], x1[i], dy[i0 + i]);
             else

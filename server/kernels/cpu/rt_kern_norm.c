@@ -70,10 +70,20 @@ static double rt__bn_stats(const float *x, int bx, float *rows, int64_t R, int64
         RT__RANGE(R, t, T, r0, r1);
         for (int64_t c = 0; c < C; c++)
             s[c] = 0.0;
-        for (int64_t r = r0; r < r1; r++) {
-            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C);
-            for (int64_t c = 0; c < C; c++)
-                s[c] += v[c];
+        if (bx) {
+            /* widened as read (a call a row costs more than the row
+             * where C is small) */
+            for (int64_t r = r0; r < r1; r++) {
+                const uint16_t *restrict v = (const uint16_t *)x + r * C;
+                for (int64_t c = 0; c < C; c++)
+                    s[c] += rt_kern_bf16_widen(v[c]);
+            }
+        } else {
+            for (int64_t r = r0; r < r1; r++) {
+                const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C);
+                for (int64_t c = 0; c < C; c++)
+                    s[c] += v[c];
+            }
         }
     }
     double Rg = (double)R;
@@ -97,11 +107,21 @@ static double rt__bn_stats(const float *x, int bx, float *rows, int64_t R, int64
         RT__RANGE(R, t, T, r0, r1);
         for (int64_t c = 0; c < C; c++)
             s[c] = 0.0;
-        for (int64_t r = r0; r < r1; r++) {
-            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C);
-            for (int64_t c = 0; c < C; c++) {
-                const double d = (double)v[c] - mean[c];
-                s[c] += d * d;
+        if (bx) {
+            for (int64_t r = r0; r < r1; r++) {
+                const uint16_t *restrict v = (const uint16_t *)x + r * C;
+                for (int64_t c = 0; c < C; c++) {
+                    const double d = (double)rt_kern_bf16_widen(v[c]) - mean[c];
+                    s[c] += d * d;
+                }
+            }
+        } else {
+            for (int64_t r = r0; r < r1; r++) {
+                const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, rows + 2 * t * C);
+                for (int64_t c = 0; c < C; c++) {
+                    const double d = (double)v[c] - mean[c];
+                    s[c] += d * d;
+                }
             }
         }
     }
@@ -268,14 +288,33 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         for (int64_t c = 0; c < C; c++)
             s1[c] = s2[c] = 0.0;
         float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
-        for (int64_t r = r0; r < r1; r++) {
-            /* the masked dy kept in dx's row for the dx pass */
-            const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr),
-                                  *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C,
-                                                          keep ? a->dx[0] + r * C : tz);
-            for (int64_t c = 0; c < C; c++) {
-                s1[c] += d[c];
-                s2[c] += (double)d[c] * ((double)v[c] - mean[c]);
+        /* x and y stored bf16 with the Relu fused: x and y widened as the
+         * one loop reads them (the same sums, in the same order) */
+        if (bx && by && relu) {
+            for (int64_t r = r0; r < r1; r++) {
+                const uint16_t *restrict xv = (const uint16_t *)x + r * C, *restrict yv =
+                                                                               (const uint16_t *)
+                                                                                   a->y +
+                                                                               r * C;
+                const float *restrict dr = a->dy + r * C;
+                float *restrict kz = keep ? a->dx[0] + r * C : tz;
+                for (int64_t c = 0; c < C; c++) {
+                    const float d = rt_kern_bf16_widen(yv[c]) > 0.0f ? dr[c] : 0.0f;
+                    kz[c] = d;
+                    s1[c] += d;
+                    s2[c] += (double)d * ((double)rt_kern_bf16_widen(xv[c]) - mean[c]);
+                }
+            }
+        } else {
+            for (int64_t r = r0; r < r1; r++) {
+                /* the masked dy kept in dx's row for the dx pass */
+                const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr),
+                                      *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C,
+                                                              keep ? a->dx[0] + r * C : tz);
+                for (int64_t c = 0; c < C; c++) {
+                    s1[c] += d[c];
+                    s2[c] += (double)d[c] * ((double)v[c] - mean[c]);
+                }
             }
         }
     }
@@ -338,6 +377,13 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         const int t = omp_get_thread_num();
         float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
+        if (keep && bx) { /* the same, x widened as read */
+            const uint16_t *restrict xv = (const uint16_t *)x + r * C;
+            float *restrict o = dx + r * C;
+            for (int64_t c = 0; c < C; c++)
+                o[c] = k1[c] * o[c] + k2[c] * rt_kern_bf16_widen(xv[c]) + k0[c];
+            continue;
+        }
         const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr);
         if (keep) { /* dx's row holds the masked dy: in place */
             float *o = dx + r * C;

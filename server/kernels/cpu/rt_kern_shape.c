@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu/rt_kern_bf16.h"
 #include "cpu/rt_kern_cpu.h"
 
 /* ------------------------------------------------------------ index maps */
@@ -217,6 +218,96 @@ void rt_kern_map_bwd(const rt__kargs *a)
                 for (int64_t j = 0; j < len; j++)
                     dx[xo + j] = sc * dy[yo + j * ys];
             });
+    }
+}
+
+/* ------------------------------------------------------- Pad on bf16 */
+
+/* samples of fewer values than this in all run on one thread */
+#define RT__PAD_PAR (INT64_C(1) << 16)
+
+/* one sample of Pad with x and/or y stored bf16 (bx, by): the fill value
+ * (fill16 its bf16) where the output gets one, then each landing run
+ * copied: 2-byte values where both sides are bf16, else widened or
+ * rounded as the float32 kernel's copy would be rounded. A Pad's runs
+ * land contiguously (its output's last dim has stride 1; a sample of
+ * rank 0 is one run of one value). */
+static void rt__pad_smp(const rt__map_params *p, const void *xs, int bx, void *ys_, int by,
+                        uint16_t fill16)
+{
+    RT_ASSERT(p->R == 0 || p->os[p->R - 1] == 1);
+    if (!by) {
+        float *restrict y = ys_;
+        const uint16_t *restrict x = xs;
+        if (p->fill)
+            for (int64_t i = 0; i < p->out_numel; i++)
+                y[i] = p->value;
+        RT__MAP_RUNS(p, {
+            (void)ys;
+            rt_kern_from_bf16_serial(y + yo, x + xo, len);
+        });
+        return;
+    }
+    uint16_t *restrict y = ys_;
+    if (p->fill)
+        for (int64_t i = 0; i < p->out_numel; i++)
+            y[i] = fill16;
+    if (bx) {
+        const uint16_t *restrict x = xs;
+        RT__MAP_RUNS(p, {
+            (void)ys;
+            memcpy(y + yo, x + xo, sizeof(uint16_t) * (size_t)len);
+        });
+    } else {
+        const float *restrict x = xs;
+        RT__MAP_RUNS(p, {
+            (void)ys;
+            rt_kern_to_bf16_serial(y + yo, x + xo, len);
+        });
+    }
+}
+
+void rt_kern_pad_bf16_fwd(const rt__kargs *a)
+{
+    const rt__map_params *p = rt__map_cp(a->nd);
+    const int64_t n = a->r->n;
+    const int bx = (a->nd->bf16_in & 1u) != 0, by = a->nd->bf16_out != 0;
+    if (!bx && !by) {
+        rt_kern_map_fwd(a);
+        return;
+    }
+    uint16_t fill16;
+    rt_kern_to_bf16_serial(&fill16, &p->value, 1);
+    const size_t xb = bx ? sizeof(uint16_t) : sizeof(float);
+    const size_t yb = by ? sizeof(uint16_t) : sizeof(float);
+#pragma omp parallel for schedule(static) if (n * p->out_numel >= RT__PAD_PAR)
+    for (int64_t s = 0; s < n; s++)
+        rt__pad_smp(p, (const char *)a->x[0] + (size_t)(s * p->in_numel) * xb, bx,
+                    (char *)a->y + (size_t)(s * p->out_numel) * yb, by, fill16);
+}
+
+/* dx (+)= dy's landing values: the float32 kernel's per-sample loop
+ * (rt_kern_map_bwd), the samples over the threads where large */
+void rt_kern_pad_bf16_bwd(const rt__kargs *a)
+{
+    const rt__map_params *p = rt__map_cp(a->nd);
+    const int64_t n = a->r->n;
+    if (!a->dx[0])
+        return;
+    if (n * p->out_numel < RT__PAD_PAR) {
+        rt_kern_map_bwd(a);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < n; s++) {
+        rt__run r1 = *a->r;
+        r1.n = 1;
+        rt__kargs c = *a;
+        c.r = &r1;
+        c.x[0] = NULL; /* unread by Pad */
+        c.dx[0] = a->dx[0] + s * p->in_numel;
+        c.dy = a->dy + s * p->out_numel;
+        rt_kern_map_bwd(&c);
     }
 }
 
