@@ -879,8 +879,11 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
     return rt__call_end(c, rc);
 }
 
-int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state, size_t len,
-                                 char *program_out, rt_client_ckpt_info *info)
+/* RestoreCheckpoint: into program (NULL: a new program, its id into
+ * program_out). */
+static int restore_checkpoint(rt_client *c, const char *session, const char *program,
+                              const void *state, size_t len, char *program_out,
+                              rt_client_ckpt_info *info)
 {
     if (!c || !state || !program_out || !info)
         return RT_EINVAL;
@@ -888,6 +891,8 @@ int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *
     program_out[0] = 0;
     rt__call_begin(c, RT__M_RESTORE_CHECKPOINT);
     int rc = rt__check_id(c, "session", session);
+    if (rc == 0 && program)
+        rc = rt__check_id(c, "program", program);
     if (rc < 0)
         return rt__call_end(c, rc);
     const char *tok = rt_client_session_token(c, session);
@@ -896,6 +901,8 @@ int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *
     req.session_token = (char *)(tok ? tok : "");
     req.state.data = (uint8_t *)state;
     req.state.len = len;
+    if (program)
+        req.program_id = (char *)program;
     Rtrain__V1__RestoreCheckpointResponse *r;
     rc = rt__unary(c, RT__M_RESTORE_CHECKPOINT, &req.base,
                    &rtrain__v1__restore_checkpoint_response__descriptor, (ProtobufCMessage **)&r);
@@ -907,4 +914,25 @@ int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *
         FREE_RESP(r);
     }
     return rt__call_end(c, rc);
+}
+
+int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state, size_t len,
+                                 char *program_out, rt_client_ckpt_info *info)
+{
+    return restore_checkpoint(c, session, NULL, state, len, program_out, info);
+}
+
+int rt_client_restore_checkpoint_into(rt_client *c, const char *session, const char *program,
+                                      const void *state, size_t len, rt_client_ckpt_info *info)
+{
+    if (!program)
+        return RT_EINVAL;
+    char id[RT_ID_MAX];
+    int rc = restore_checkpoint(c, session, program, state, len, id, info);
+    if (rc == 0 && strcmp(id, program) != 0)
+        rc = rt__err(c, RT_EPROTO,
+                     "RestoreCheckpoint: the daemon answered program %.64s, not %.64s "
+                     "(a daemon without program_id makes a new program)",
+                     id, program);
+    return rc;
 }

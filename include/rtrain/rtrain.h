@@ -1034,6 +1034,16 @@ int rt_client_checkpoint(rt_client *c, const char *session, const char *program,
  * program_out: RT_ID_MAX bytes. */
 int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *state,
                                  size_t len, char *program_out, rt_client_ckpt_info *info);
+/* A pulled state loaded into program, an existing program of session, in
+ * place: no new program (a reload in a loop does not grow the session).
+ * The state must be of the program's model (a state pulled from it, or
+ * from a program compiled from the same CompileRequest): RT_ESTATE
+ * (FAILED_PRECONDITION) otherwise; RT_ENOTFOUND for a program the session
+ * does not have. A refused or corrupt state leaves the program as it was.
+ * The program's RunSteps sequence records stay (its seq numbers go on);
+ * its resumable Fit (fit_id) is forgotten. */
+int rt_client_restore_checkpoint_into(rt_client *c, const char *session, const char *program,
+                                      const void *state, size_t len, rt_client_ckpt_info *info);
 
 int rt_client_evaluate(rt_client *c, const char *session, const char *program,
                        const char *dataset, rt_client_metrics *out);

@@ -83,6 +83,17 @@ void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v)
     p->pipe.failed = 0;
 }
 
+void rt_ckpt_apply_meta_into(rt_program *p, const rt_ckpt_view *v)
+{
+    const rt_ckpt_meta *m = &v->meta;
+    p->fit_epochs = m->fit_epochs;
+    p->epoch_exec_ns = m->epoch_exec_ns;
+    memset(&p->fit, 0, sizeof p->fit);
+    memset(p->fit_ring, 0, sizeof p->fit_ring);
+    p->ckpt_partial = 0; /* a checkpoint is at a call boundary */
+    __atomic_store_n(&p->ckpt_dirty, 1, __ATOMIC_RELEASE);
+}
+
 /* The spans of p's checkpoint, in file order; the checksum is the caller's. */
 typedef struct ck_spans {
     uint64_t lens[3];

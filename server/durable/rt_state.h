@@ -151,6 +151,17 @@ int rt_ckpt_build(const char *sid, const rt_program *p, uint8_t *buf, size_t len
 /* Apply a parsed checkpoint's counters and Fit record to p (its exec is
  * loaded apart). */
 void rt_ckpt_apply_meta(rt_program *p, const rt_ckpt_view *v);
+/* Apply a checkpoint loaded into p in place (RestoreCheckpoint with a
+ * program_id; p's exec is loaded apart): the state's Fit epoch count and
+ * epoch time. p's RunSteps records (last_seq, their answers, the pipeline
+ * marks) stay p's: seq numbers are the client's, which goes on numbering
+ * its calls on p after the push, while the state's are another timeline's
+ * (an older one of p, or another program's) and a seq at or below them
+ * would be taken for a replay and skipped. The resumable Fit is forgotten
+ * (both the state's and p's ran on other weights), as a new program's is
+ * (rt_program_forget_client). p is at a call boundary again, and marked
+ * changed since its newest checkpoint. */
+void rt_ckpt_apply_meta_into(rt_program *p, const rt_ckpt_view *v);
 
 /* Write p's checkpoint now (its exec must not change meanwhile: the caller
  * holds the device), and remove all but the newest keep. */

@@ -309,6 +309,109 @@ static void restore_st_free(void *p)
     free(st);
 }
 
+/* RestoreCheckpoint's answer: p's id and position, logged (how: what
+ * became of p). */
+static int restore_answer(rt_call *c, rt_program *p, const char *how)
+{
+    Rtrain__V1__RestoreCheckpointResponse *r = NEW(c, Rtrain__V1__RestoreCheckpointResponse,
+                                                   RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
+    if (!r || !(r->program_id = rt_call_strdup(c, rt_program_id(p))))
+        return OOM(c);
+    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
+    r->last_seq = rt_program_last_seq(p);
+    c->resp = &r->base;
+    char sid[16], pid[16];
+    RT_LOG(RT_LOG_INFO, "session %s: program %s %s a pushed state at step %lld",
+           rt_log_id(c->sess->id, sid), rt_log_id(rt_program_id(p), pid), how,
+           (long long)r->global_step);
+    return 0;
+}
+
+/* A packed CompileRequest's bytes without the fields that say where it
+ * was compiled, not what: its session and the program it took its first
+ * weights from (state_from_program). NULL when it does not unpack. */
+static uint8_t *model_bytes(const uint8_t *req, size_t len, size_t *out)
+{
+    Rtrain__V1__CompileRequest *q = rtrain__v1__compile_request__unpack(NULL, len, req);
+    if (!q)
+        return NULL;
+    char *sid = q->session_id, *from = q->state_from_program;
+    q->session_id = q->state_from_program = (char *)protobuf_c_empty_string;
+    size_t n = protobuf_c_message_get_packed_size(&q->base);
+    uint8_t *b = malloc(n ? n : 1);
+    if (b)
+        *out = protobuf_c_message_pack(&q->base, b);
+    q->session_id = sid;
+    q->state_from_program = from;
+    rtrain__v1__compile_request__free_unpacked(q, NULL);
+    return b;
+}
+
+/* Whether the state's model is the program's: the CompileRequest it
+ * carries is the one the program was compiled from, up to its session and
+ * its state_from_program (a state pulled from a program of the same model
+ * in another session or daemon). 0: another; < 0: out of memory. */
+static int same_model(const rt_program *p, const rt_ckpt_view *v)
+{
+    size_t pn, an = 0, bn = 0;
+    const uint8_t *pm = rt_program_model(p, &pn);
+    if (!pm)
+        return 0;
+    if (pn == v->req_len && memcmp(pm, v->req, pn) == 0)
+        return 1;
+    /* the program's own unpacks (it was compiled from it): NULL is out of
+     * memory; the state's may not (then it is not this model) */
+    uint8_t *a = model_bytes(pm, pn, &an);
+    if (!a)
+        return RT_ENOMEM;
+    uint8_t *b = model_bytes(v->req, v->req_len, &bn);
+    int same = b && an == bn && memcmp(a, b, an) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+/* RestoreCheckpoint with program_id: the state loaded into that program
+ * of the session, in place (the Python client's load_model and
+ * load_checkpoint on a model it has), so that reloading in a loop does
+ * not leave a program behind each time. Nothing is changed until the
+ * state is known to fit: the model is the program's, and
+ * rt_exec_load_state checks the whole blob before it copies anything. */
+static int restore_into(rt_call *c, const rt_ckpt_view *v)
+{
+    rt_program *p = c->prog;
+    int rc = same_model(p, v);
+    if (rc < 0)
+        return OOM(c);
+    if (!rc)
+        return rt_call_fail(c, RT_ESTATE,
+                            "the state was saved from a different model than program %.64s's: "
+                            "push it without program_id to make a new program",
+                            rt_program_id(p));
+    /* The executor runs one job of a session at a time, so a RunSteps or
+     * Fit on this program (the session's) has ended before this work
+     * runs. A program still marked running (its run generation, what
+     * Control reads) is refused rather than changed under that call
+     * between two of its steps. */
+    if (rt_program_control(p, 0))
+        return rt_call_fail(c, RT_ESTATE,
+                            "a RunSteps or Fit call is running on program %.64s: push the state "
+                            "after it ends (Control stops it)",
+                            rt_program_id(p));
+    rt_exec *e = rt_program_exec(p);
+    rc = rt_exec_load_state(e, v->exec, v->exec_len);
+    if (rc < 0) /* refused before anything was copied: the program is as it was */
+        return rt_call_fail(c, rc, "%s", rt_exec_errmsg(e));
+    rt_ckpt_apply_meta_into(p, v);
+    /* Written now, as for a new program; should it fail, the state stays
+     * loaded and marked changed, so the next checkpoint (or the exit's)
+     * writes it. */
+    if (c->srv->state && (rc = rt_h_durable_checkpoint(
+                              c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_POLICY_DEFAULT)) < 0)
+        return rc;
+    return restore_answer(c, p, "loaded in place from");
+}
+
 static int restore_work(rt_call *c)
 {
     restore_st *st = c->st;
@@ -317,6 +420,8 @@ static int restore_work(rt_call *c)
     int rc = rt_ckpt_parse(st->buf, st->len, &v, err, sizeof err);
     if (rc < 0)
         return rt_call_fail(c, rc, "%s", err);
+    if (c->prog)
+        return restore_into(c, &v);
     rt_program *p;
     if ((rc = rt_h_restore_program(c->srv, c->sess, v.req, v.req_len, NULL, &p, err, sizeof err)) <
         0)
@@ -332,19 +437,10 @@ static int restore_work(rt_call *c)
     if (c->srv->state &&
         (rc = rt_h_durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP)) < 0)
         return rt_h_drop_program(c, p, rc);
-    Rtrain__V1__RestoreCheckpointResponse *r = NEW(c, Rtrain__V1__RestoreCheckpointResponse,
-                                                   RTRAIN__V1__RESTORE_CHECKPOINT_RESPONSE__INIT);
-    if (!r || !(r->program_id = rt_call_strdup(c, rt_program_id(p))))
-        return rt_h_drop_program(c, p, OOM(c));
     if (rt_call_is_cancelled(c))
         return rt_h_drop_program(c, p, rt_call_fail(c, RT_ECANCELLED, "restore cancelled"));
-    r->global_step = (uint64_t)rt_exec_global_step(rt_program_exec(p));
-    r->last_seq = rt_program_last_seq(p);
-    c->resp = &r->base;
-    char sid[16], pid[16];
-    RT_LOG(RT_LOG_INFO, "session %s: program %s restored from a pushed state at step %lld",
-           rt_log_id(c->sess->id, sid), rt_log_id(rt_program_id(p), pid),
-           (long long)r->global_step);
+    if ((rc = restore_answer(c, p, "restored from")) < 0)
+        return rt_h_drop_program(c, p, rc);
     return 0;
 }
 
@@ -352,7 +448,9 @@ int rt_h_restore_checkpoint(rt_call *c)
 {
     Rtrain__V1__RestoreCheckpointRequest *q = REQ(c, Rtrain__V1__RestoreCheckpointRequest);
     int rc;
-    if ((rc = rt_h_need_session(c, q->session_id)) < 0 ||
+    /* with program_id: into that program of the session (restore_into) */
+    if ((rc = q->program_id && q->program_id[0] ? rt_h_need_program(c, q->session_id, q->program_id)
+                                                : rt_h_need_session(c, q->session_id)) < 0 ||
         (rc = need_token(c, q->session_token)) < 0)
         return rc;
     if (!q->state.len)

@@ -222,6 +222,12 @@ void rt_program_take_model(rt_program *p, uint8_t *buf, size_t len)
     p->req_len = len;
 }
 
+const uint8_t *rt_program_model(const rt_program *p, size_t *len)
+{
+    *len = p->req ? p->req_len : 0;
+    return p->req;
+}
+
 void rt_program_set_id(rt_program *p, const char *id) { snprintf(p->id, sizeof p->id, "%s", id); }
 
 void rt_program_inherit(rt_program *p, const rt_program *from) { p->fit_epochs = from->fit_epochs; }

@@ -186,6 +186,10 @@ void rt_program_fit_keep_epoch(rt_program *p, const rt_fit_epoch *e);
 void rt_program_fit_end(rt_program *p, int stopped);
 const rt_fit_epoch *rt_program_fit_epoch(const rt_program *p, int64_t k);
 
+/* The model as compiled (a packed CompileRequest, rt_program_take_model's;
+ * NULL with *len 0 before it is kept). */
+const uint8_t *rt_program_model(const rt_program *p, size_t *len);
+
 /* ------------------------------------------------------------ [new] */
 /* The model as compiled (a packed CompileRequest): p takes buf (malloc'd). */
 void rt_program_take_model(rt_program *p, uint8_t *buf, size_t len);

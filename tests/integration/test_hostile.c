@@ -16,8 +16,11 @@
  *    quota, a cancel, a full disk under --state-dir) leave the daemon's
  *    sessions, programs, datasets, memory and charged bytes (/metrics) as
  *    they were, and no program folder in the state directory.
+ *  - into: a state pushed into its program (RestoreCheckpoint's
+ *    program_id) makes no program, and what it refuses leaves the program
+ *    as it was (test_restore_into).
  *
- *     itest_hostile RTRAIND input|leftovers
+ *     itest_hostile RTRAIND input|leftovers|into
  */
 #include "itest.h"
 
@@ -60,15 +63,15 @@ static int session(itest_conn *c, char *sid, char *tok)
     return st;
 }
 
-/* Compile the iris MLP; the status must be want. */
-static int compile_iris(itest_conn *c, const char *sid, char *pid, int want)
+/* Compile the iris MLP with hidden units; the status must be want. */
+static int compile_mlp(itest_conn *c, const char *sid, int hidden, char *pid, int want)
 {
     Rtrain__V1__TrainConfig cfg;
     itest_iris_config(&cfg);
     Rtrain__V1__CompileRequest q = RTRAIN__V1__COMPILE_REQUEST__INIT;
     q.session_id = (char *)sid;
     q.model_case = RTRAIN__V1__COMPILE_REQUEST__MODEL_GRAPH;
-    q.graph = itest_iris_graph(16);
+    q.graph = itest_iris_graph(hidden);
     q.config = &cfg;
     Rtrain__V1__CompileResponse *p = NULL;
     itest_res r;
@@ -81,6 +84,11 @@ static int compile_iris(itest_conn *c, const char *sid, char *pid, int want)
         snprintf(pid, 40, "%s", p->program_id);
     FREE(p);
     return st;
+}
+
+static int compile_iris(itest_conn *c, const char *sid, char *pid, int want)
+{
+    return compile_mlp(c, sid, 16, pid, want);
 }
 
 static int upload_iris(itest_conn *c, const char *sid, char *did)
@@ -148,14 +156,18 @@ static int checkpoint(itest_conn *c, const char *sid, const char *tok, const cha
     return st;
 }
 
-static int restore(itest_conn *c, const char *sid, const char *tok, const uint8_t *b, size_t n,
-                   char *pid, itest_res *r)
+/* RestoreCheckpoint, into program into (NULL: a new program): the
+ * answered program id into pid, its step into *step (when given). */
+static int restore_at(itest_conn *c, const char *sid, const char *tok, const char *into,
+                      const uint8_t *b, size_t n, char *pid, int64_t *step, itest_res *r)
 {
     Rtrain__V1__RestoreCheckpointRequest q = RTRAIN__V1__RESTORE_CHECKPOINT_REQUEST__INIT;
     q.session_id = (char *)sid;
     q.session_token = (char *)tok;
     q.state.data = (uint8_t *)b;
     q.state.len = n;
+    if (into)
+        q.program_id = (char *)into;
     Rtrain__V1__RestoreCheckpointResponse *p = NULL;
     int st = itest_unary(c, "RestoreCheckpoint", &q.base,
                          &rtrain__v1__restore_checkpoint_response__descriptor,
@@ -163,8 +175,16 @@ static int restore(itest_conn *c, const char *sid, const char *tok, const uint8_
     pid[0] = 0;
     if (p)
         snprintf(pid, 40, "%s", p->program_id);
+    if (step)
+        *step = p ? (int64_t)p->global_step : -1;
     FREE(p);
     return st;
+}
+
+static int restore(itest_conn *c, const char *sid, const char *tok, const uint8_t *b, size_t n,
+                   char *pid, itest_res *r)
+{
+    return restore_at(c, sid, tok, NULL, b, n, pid, NULL, r);
 }
 
 /* ------------------------------------------------ the checkpoint format */
@@ -973,15 +993,177 @@ static void test_leftovers(void)
     CHECK(system(cmd) == 0, "rm %s", dir);
 }
 
+/* ------------------------------------------- a state pushed into a program */
+/* RestoreCheckpoint with program_id (issue 29): a state pulled at step 5
+ * and pushed back into its program five times makes no program (/metrics)
+ * and each time the program trains on to the weights of an uninterrupted
+ * run, with its checkpoint in --state-dir at the pushed step; a program of
+ * the same model in another session takes it too. Refused, each leaving
+ * the program's weights and step as they were and the program training
+ * on: another session's program (NOT_FOUND), a state of another model
+ * (FAILED_PRECONDITION), a crafted state (INVALID_ARGUMENT), a torn one
+ * (DATA_LOSS). The third refusal the daemon has, a RunSteps or Fit still
+ * running on the program, cannot be reached by a client: the executor runs
+ * a session's calls one at a time, so the push waits for the training
+ * call to end (there is no deterministic way to observe it mid-call). */
+static void test_restore_into(void)
+{
+    char dir[] = "/tmp/rtrain-into-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *extra[] = {"--metrics-listen", "127.0.0.1:0", "--state-dir", dir, NULL};
+    itest_daemon d;
+    CHECK(itest_daemon_start(&d, g_daemon, extra) == 0 && d.metrics[0], "daemon start");
+    itest_conn *c = itest_connect(d.addr);
+    char sid[64], tok[64], pid[64], iris[64], bsid[64], btok[64], bpid[64], qpid[64], np[64];
+    itest_res r;
+    int64_t step;
+    int fin;
+    session(c, sid, tok);
+    session(c, bsid, btok);
+    compile_iris(c, sid, pid, 0);
+    compile_iris(c, bsid, bpid, 0); /* the same model, another session */
+    compile_mlp(c, sid, 8, qpid, 0); /* another model, this session */
+    upload_iris(c, sid, iris);
+    CHECK(run_steps(c, sid, pid, iris, 5, &step, &fin, &r) == 0 && step == 5, "5 steps: %s",
+          r.details);
+    itest_res_free(&r);
+    ck k0 = {0};
+    CHECK(checkpoint(c, sid, tok, pid, 1, 0, &k0.b, &k0.n, &step, &r) == 0 && k0.b && step == 5,
+          "pull at 5: %s", r.details);
+    itest_res_free(&r);
+    size_t n5 = 0, n8 = 0, nq = 0, nb = 0;
+    uint8_t *w5 = itest_weights_blob(c, sid, pid, &n5, NULL, NULL);
+    CHECK(run_steps(c, sid, pid, iris, 3, &step, &fin, &r) == 0 && step == 8, "3 steps: %s",
+          r.details);
+    itest_res_free(&r);
+    uint8_t *w8 = itest_weights_blob(c, sid, pid, &n8, NULL, NULL);
+    uint8_t *wq = itest_weights_blob(c, sid, qpid, &nq, NULL, NULL);
+    CHECK(k0.b && w5 && w8 && wq && (n5 != n8 || memcmp(w5, w8, n5)), "weights at 5 and 8");
+    uint64_t base[G__N], now[G__N];
+    CHECK(settled(&d, base) == 0 && base[G_PROGRAMS] == 3, "3 programs: %llu",
+          (unsigned long long)base[G_PROGRAMS]);
+    if (!k0.b || !w5 || !w8 || !wq)
+        goto out;
+
+    /* five times back to step 5, three steps on: the weights at 8 */
+    char pdir[600], path[900];
+    snprintf(pdir, sizeof pdir, "%s/sessions/%s/%s", dir, sid, pid);
+    for (int i = 0; i < 5; i++) {
+        CHECK(restore_at(c, sid, tok, pid, k0.b, k0.n, np, &step, &r) == 0 &&
+                  !strcmp(np, pid) && step == 5,
+              "push %d into %s: status %d, program %s, step %lld: %s", i, pid, r.status, np,
+              (long long)step, r.details);
+        itest_res_free(&r);
+        CHECK(settled(&d, now) == 0 && now[G_PROGRAMS] == base[G_PROGRAMS],
+              "push %d: %llu programs, not %llu", i, (unsigned long long)now[G_PROGRAMS],
+              (unsigned long long)base[G_PROGRAMS]);
+        /* durable: the program's newest checkpoint is the pushed state */
+        size_t fn = 0;
+        ck f = {0};
+        CHECK(newest_ckpt(pdir, path, sizeof path) == 0 &&
+                  (f.b = itest_read_file(path, &fn)) != NULL,
+              "no checkpoint in %s", pdir);
+        f.n = fn;
+        CHECK(f.b && ck_split(&f, 5) == 0, "push %d: the newest checkpoint of %s is not at "
+              "step 5", i, pid);
+        free(f.b);
+        size_t n = 0;
+        uint8_t *w = itest_weights_blob(c, sid, pid, &n, NULL, NULL);
+        CHECK(w && n == n5 && !memcmp(w, w5, n), "push %d: the weights are not step 5's", i);
+        free(w);
+        CHECK(run_steps(c, sid, pid, iris, 3, &step, &fin, &r) == 0 && step == 8 && fin,
+              "push %d, 3 steps: status %d step %lld %s", i, r.status, (long long)step,
+              r.details);
+        itest_res_free(&r);
+        w = itest_weights_blob(c, sid, pid, &n, NULL, NULL);
+        CHECK(w && n == n8 && !memcmp(w, w8, n), "push %d: 3 steps on are not the weights of "
+              "8 steps in one go", i);
+        free(w);
+    }
+
+    /* the same model in another session: compiled there, its state taken */
+    CHECK(restore_at(c, bsid, btok, bpid, k0.b, k0.n, np, &step, &r) == 0 &&
+              !strcmp(np, bpid) && step == 5,
+          "into the same model of another session: status %d step %lld %s", r.status,
+          (long long)step, r.details);
+    itest_res_free(&r);
+    uint8_t *wb = itest_weights_blob(c, bsid, bpid, &nb, NULL, NULL);
+    CHECK(wb && nb == n5 && !memcmp(wb, w5, nb), "the other session's program has step 5's "
+          "weights");
+    free(wb);
+
+    /* refusals: each leaves the program at step 8 with its weights */
+    struct {
+        const char *what, *sid, *tok, *into;
+        int tamper; /* 1: a crafted weight, resealed; 2: a torn byte */
+        int want;
+        const char *says;
+    } bad[] = {
+        {"another session's program", sid, tok, bpid, 0, 5, bpid},
+        {"a state of another model", sid, tok, qpid, 0, 9, "different model"},
+        {"a NaN weight", sid, tok, pid, 1, 3, "state blob"},
+        {"a torn state", sid, tok, pid, 2, 15, "checksum"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck k = k0;
+        k.b = malloc(k0.n);
+        memcpy(k.b, k0.b, k0.n);
+        if (bad[i].tamper && ck_split(&k, 5) == 0) {
+            a_weight_nan(&k);
+            if (bad[i].tamper == 1)
+                ck_seal(&k);
+        }
+        int st = restore_at(c, bad[i].sid, bad[i].tok, bad[i].into, k.b, k.n, np, NULL, &r);
+        CHECK(st == bad[i].want && strstr(r.details, bad[i].says),
+              "%s: status %d (%s), not %d naming '%s'", bad[i].what, st, r.details, bad[i].want,
+              bad[i].says);
+        itest_res_free(&r);
+        free(k.b);
+        const char *into = bad[i].want == 9 ? qpid : pid;
+        uint8_t *want = bad[i].want == 9 ? wq : w8;
+        size_t wn = bad[i].want == 9 ? nq : n8, n = 0;
+        uint8_t *w = itest_weights_blob(c, sid, into, &n, NULL, NULL);
+        CHECK(w && n == wn && !memcmp(w, want, n), "%s: the program's weights changed",
+              bad[i].what);
+        free(w);
+        CHECK(checkpoint(c, sid, tok, into, 0, 0, NULL, NULL, &step, &r) == 0 &&
+                  step == (into == qpid ? 0 : 8),
+              "%s: the program's step is %lld", bad[i].what, (long long)step);
+        itest_res_free(&r);
+    }
+    CHECK(run_steps(c, sid, pid, iris, 2, &step, &fin, &r) == 0 && step == 10 && fin,
+          "after the refusals the program trains on: status %d step %lld %s", r.status,
+          (long long)step, r.details);
+    itest_res_free(&r);
+    CHECK(settled(&d, now) == 0 && now[G_PROGRAMS] == base[G_PROGRAMS],
+          "%llu programs at the end, not %llu", (unsigned long long)now[G_PROGRAMS],
+          (unsigned long long)base[G_PROGRAMS]);
+out:
+    free(k0.b);
+    free(w5);
+    free(w8);
+    free(wq);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "daemon exit");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 3 || (strcmp(argv[2], "input") && strcmp(argv[2], "leftovers"))) {
-        fprintf(stderr, "usage: %s RTRAIND input|leftovers\n", argv[0]);
+    if (argc < 3 ||
+        (strcmp(argv[2], "input") && strcmp(argv[2], "leftovers") && strcmp(argv[2], "into"))) {
+        fprintf(stderr, "usage: %s RTRAIND input|leftovers|into\n", argv[0]);
         return 2;
     }
     g_daemon = argv[1];
     if (!strcmp(argv[2], "leftovers")) {
         RUN(test_leftovers);
+        return itest_summary();
+    }
+    if (!strcmp(argv[2], "into")) {
+        RUN(test_restore_into);
         return itest_summary();
     }
     setup();

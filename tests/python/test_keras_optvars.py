@@ -36,6 +36,8 @@ of its 10 trainable variables (Adam over CosineDecay: no learning_rate).
 """
 import io
 import os
+import re
+import urllib.request
 import zipfile
 
 import h5py
@@ -43,6 +45,7 @@ import numpy as np
 import pytest
 
 import rtrain
+from conftest import Daemon, free_port
 from rtrain import layers as L
 from rtrain import models
 
@@ -173,3 +176,70 @@ def test_keras_written_optimizer_vars(client, tmp_path):
     with pytest.warns(UserWarning, match="optimizer/vars holds 20, a built Adam .* has 21"):
         fresh = models.load_model(bad, client=client)
     assert fresh.global_step == 0
+
+
+def _programs(url):
+    """The daemon's rtrain_programs gauge (its /metrics page)."""
+    page = urllib.request.urlopen(url, timeout=10).read().decode()
+    return int(re.search(r"^rtrain_programs (\d+)$", page, re.M).group(1))
+
+
+def test_reloads_make_no_program(tmp_path):
+    """Issue 29: a state restored into a model loads into its program, so
+    reloading in a loop leaves nothing behind on the daemon (each reload
+    made a program that stayed until the session closed). load_checkpoint
+    five times into one model: the daemon's program count stays; each
+    load_model of a .keras file makes its model's program and no other;
+    and the weights after the last reload and 8 more steps are those of 20
+    steps in one go."""
+    port = free_port()
+    url = "http://127.0.0.1:%d/metrics" % port
+    d = Daemon("--metrics-listen", "127.0.0.1:%d" % port)
+    try:
+        with rtrain.connect(d.addr, timeout=30) as client:
+            x, y = _data()
+            ref = _model(client, rtrain.optimizers.Adam(learning_rate=0.02))
+            w0 = ref.get_weights()
+            ref.fit(x, y, epochs=5, batch_size=8, shuffle=False, verbose=0)  # 20 steps
+            a = _model(client, rtrain.optimizers.Adam(learning_rate=0.02), w0)
+            a.fit(x, y, epochs=3, batch_size=8, shuffle=False, verbose=0)  # 12 steps
+            ck = str(tmp_path / "a.rtck")
+            a.save_checkpoint(ck)
+            p = str(tmp_path / "a.keras")
+            a.save(p)
+            pid, n = a.program_id, _programs(url)
+            for i in range(5):
+                a.fit(x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)  # away from 12
+                assert a.load_checkpoint(ck) == 12
+                assert a.program_id == pid and a.global_step == 12
+                assert _programs(url) == n, "load_checkpoint %d made a program" % i
+            a.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)  # 8 more
+            for got, want in zip(a.get_weights(), ref.get_weights()):
+                np.testing.assert_array_equal(got, want)
+            # load_model: the loaded model's own program, one each, and
+            # its optimizer state pushed into that program
+            for i in range(5):
+                b = models.load_model(p, client=client)
+                assert b.global_step == 12
+                got = _programs(url)
+                assert got == n + 1 + i, "load_model %d: %d programs, not %d" % (i, got, n + 1 + i)
+            b.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
+            for got, want in zip(b.get_weights(), ref.get_weights()):
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+            # a file of another model at the same batch size and labels:
+            # the daemon refuses it into this model's program, and it
+            # resumes as a new program of the file's model, as before
+            o = rtrain.Sequential([L.LSTM(3, input_shape=(4, 3), name="r"), L.Dense(2, name="d")])
+            o.compile(optimizer=rtrain.optimizers.Adam(learning_rate=0.02), loss="mse",
+                      client=client, batch_size=8, shuffle=False)
+            o.fit(x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+            old, before = o.program_id, _programs(url)
+            with open(ck, "rb") as f:
+                state = f.read().partition(b"\n")[2]  # the daemon's checkpoint
+            with pytest.raises(rtrain.FailedPrecondition, match="different model"):
+                o._compiled._prog.push_state(state)
+            assert o.program_id == old and o.global_step == 4
+            assert o.load_checkpoint(ck) == 12
+            assert o.program_id != old and _programs(url) == before + 1
+    finally:
+        d.stop()

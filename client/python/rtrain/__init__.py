@@ -1510,7 +1510,11 @@ class CompiledModel:
 
     def load_checkpoint(self, filepath):
         """Resume a save_checkpoint file (or a state `rtrain checkpoint
-        pull` wrote): training continues from its step. Returns that step."""
+        pull` wrote): training continues from its step. Returns that step.
+        A state of this model's program is loaded into it (loading again
+        and again makes no new program); one of another batch size, label
+        layout or model becomes a new program of the file's model, as a new
+        batch size does."""
         import ast
         with open(filepath, "rb") as f:
             data = f.read()
@@ -1520,7 +1524,15 @@ class CompiledModel:
             key = ast.literal_eval(line[len(b"RTPYCKPT1 "):].decode())
             if key[2] is not None:
                 key = (key[0], key[1], (key[2][0], tuple(key[2][1])))
-        step = self._prog.push_state(data)
+        if tuple(key) == self._key:
+            try:
+                step = self._prog.push_state(data)
+            except FailedPrecondition:
+                # the daemon's answer for a state of another model (seed,
+                # layers, optimizer): it has always resumed as that model
+                step = self._prog.push_state(data, new=True)
+        else:
+            step = self._prog.push_state(data, new=True)
         self._key = tuple(key)
         return step
 

@@ -1627,12 +1627,17 @@ static PyObject *Program_pull_state(ProgramObject *self, PyObject *unused)
     return res;
 }
 
-/* push_state(bytes) -> global_step: the state resumed as a new program of
- * this session, which this object then is. */
-static PyObject *Program_push_state(ProgramObject *self, PyObject *args)
+/* push_state(bytes, new=False) -> global_step: the state loaded into this
+ * program in place (it must be a state of this program's model: a
+ * FailedPrecondition otherwise), or with new=True resumed as a new program
+ * of this session, which this object then is (the one it was stays in the
+ * session until it closes). */
+static PyObject *Program_push_state(ProgramObject *self, PyObject *args, PyObject *kw)
 {
+    static char *kws[] = {"state", "new", NULL};
     Py_buffer b;
-    if (!PyArg_ParseTuple(args, "y*:push_state", &b))
+    int as_new = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|p:push_state", kws, &b, &as_new))
         return NULL;
     if (rt_py__prog_begin(self) < 0) {
         PyBuffer_Release(&b);
@@ -1641,12 +1646,16 @@ static PyObject *Program_push_state(ProgramObject *self, PyObject *args)
     rt_client_ckpt_info in;
     char id[RT_ID_MAX];
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = rt_client_restore_checkpoint(self->client->c, self->client->sid,
-                                                             b.buf, (size_t)b.len, id, &in);
+    rt_client *c = self->client->c;
+    const char *sid = self->client->sid;
+    Py_BEGIN_ALLOW_THREADS rc =
+        as_new ? rt_client_restore_checkpoint(c, sid, b.buf, (size_t)b.len, id, &in)
+               : rt_client_restore_checkpoint_into(c, sid, self->id, b.buf, (size_t)b.len, &in);
     Py_END_ALLOW_THREADS PyBuffer_Release(&b);
     PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, 0) == 0) {
-        snprintf(self->id, sizeof self->id, "%s", id);
+        if (as_new)
+            snprintf(self->id, sizeof self->id, "%s", id);
         res = PyLong_FromUnsignedLongLong(in.global_step);
     }
     rt_py__unlock(self->client);
@@ -2342,8 +2351,9 @@ static PyMethodDef Program_methods[] = {
      "export_onnx(onnx_bytes, output=None) -> bytes"},
     {"pull_state", (PyCFunction)Program_pull_state, METH_NOARGS,
      "pull_state() -> bytes (weights, optimizer, cursor, counters)"},
-    {"push_state", (PyCFunction)Program_push_state, METH_VARARGS,
-     "push_state(bytes) -> global_step; this program becomes the resumed one"},
+    {"push_state", (PyCFunction)(void (*)(void))Program_push_state, METH_VARARGS | METH_KEYWORDS,
+     "push_state(bytes, new=False) -> global_step; the state loaded into this program (new: "
+     "resumed as a new program, which this object then is)"},
     {NULL}};
 
 static PyGetSetDef Program_getset[] = {
