@@ -24,7 +24,10 @@
  * produce in y and dx lie in the buffers' B-row extent, which no reader
  * looks at. Where oneDNN has no primitive, or only its reference one,
  * prepare hands the node back to the float32 kernel and the compile report
- * says float32 for it.
+ * says float32 for it. A Conv2D + MaxPool2D with few products a sum (an
+ * RGB first layer) multiplies its bf16 values on the float32 fused kernel
+ * instead (still bf16 numbers; "Conv2D + MaxPool2D with few products a
+ * sum" below).
  */
 #include <pthread.h>
 #include <stdio.h>
