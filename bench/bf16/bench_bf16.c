@@ -12,6 +12,7 @@
  * asserts nothing.
  *
  *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C]
+ *         [--f32-k K]
  *         [--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
@@ -20,6 +21,9 @@
  * --col-oc C: a Conv2D's backward-weights runs as im2col matmuls from C
  * output channels (rt_kern_bf16_col_oc, default 256; a large C runs every
  * one on oneDNN's bf16 backward-weights, as before stop 10).
+ * --f32-k K: a Conv2D with fewer than K products a sum multiplies its
+ * bf16 values on the float32 kernels (rt_kern_bf16_f32_k, default 32;
+ * 0: every one on oneDNN's bf16 primitives, as before stop 13).
  * --prec P: time only that precision's plan (its columns of the other
  * read 0), for a profiler or ONEDNN_VERBOSE=1 to see one plan alone.
  * A third plan, timed in the same rounds, is the bf16 one with every
@@ -46,6 +50,7 @@
 extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
 extern int rt_kern_bf16_act_store;  /* rt_kern_bf16act.c */
 extern int rt_kern_bf16_col_oc;     /* rt_kern_bf16.c */
+extern int rt_kern_bf16_f32_k;      /* rt_kern_bf16.c */
 
 static uint8_t *read_all(const char *path, size_t *len)
 {
@@ -243,6 +248,8 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--conv-min-c") && i + 1 < argc)
             rt_kern_bf16_conv_min_c = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--f32-k") && i + 1 < argc)
+            rt_kern_bf16_f32_k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--col-oc") && i + 1 < argc)
             rt_kern_bf16_col_oc = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
@@ -252,7 +259,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--inception-size") && i + 1 < argc)
             inc_size = atoi(argv[++i]);
         else
-            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C] "
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C] [--f32-k K] "
                          "[--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16] "
                          "[--inception-size S]");
     }

@@ -32,6 +32,7 @@ extern int rt_kern_bf16_conv_min_c; /* the same */
 extern int rt_kern_bf16_col_oc;     /* the same */
 extern int rt_kern_bf16_col_rows;   /* the same */
 extern int rt_kern_bf16_act_store;  /* the same */
+extern int rt_kern_bf16_f32_k;      /* the same */
 extern int rt_ref_bf16_act_store;   /* the ref backend's emulation of it */
 
 static const double U = 1.0 / 16777216.0; /* float32's unit roundoff */
@@ -245,11 +246,11 @@ static void test_dense(void)
 enum { CB = 4, CH = 8, CW = 8, CC = 16, CO = 8 };
 
 /* ks: the kernel's size, 3 or 1 (a 1x1 convolution runs on the bf16
- * matmul) */
-static void test_conv(int ks)
+ * matmul); cc input channels (3: an RGB layer's 27 or 3 products a sum) */
+static void test_conv(int ks, int cc)
 {
     rt_graph *g = rt_graph_create();
-    const int64_t in[4] = {RT_BATCH, CH, CW, CC}, k[4] = {ks, ks, CC, CO}, bd[1] = {CO};
+    const int64_t in[4] = {RT_BATCH, CH, CW, cc}, k[4] = {ks, ks, cc, CO}, bd[1] = {CO};
     REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
     param(g, "c/k", 4, k);
     REQUIRE(rt_graph_add_param(g, "c/b", 1, bd, RT_INIT_ZEROS, 1, NULL) == 0);
@@ -290,15 +291,15 @@ static void test_conv(int ks)
                                 const int ih = oh + kh - kp, iw = ow + kw - kp;
                                 if (ih < 0 || ih >= CH || iw < 0 || iw >= CW)
                                     continue;
-                                for (int c = 0; c < CC; c++) {
-                                    const float xv = x[((s_ * CH + ih) * CW + iw) * CC + c];
-                                    const float wv = w[((kh * ks + kw) * CC + c) * CO + o];
+                                for (int c = 0; c < cc; c++) {
+                                    const float xv = x[((s_ * CH + ih) * CW + iw) * cc + c];
+                                    const float wv = w[((kh * ks + kw) * cc + c) * CO + o];
                                     ref += bf(xv) * bf(wv);
                                     f32 += (double)xv * wv;
                                     mag += fabs(bf(xv) * bf(wv));
                                 }
                             }
-                        const double tol = (ks * ks * CC + 2) * U * mag;
+                        const double tol = (ks * ks * cc + 2) * U * mag;
                         const double got = y[((s_ * CH + oh) * CW + ow) * CO + o];
                         if (fabs(got - ref) / tol > worst)
                             worst = fabs(got - ref) / tol;
@@ -307,9 +308,9 @@ static void test_conv(int ks)
                         if (tol > tolmax)
                             tolmax = tol;
                     }
-        printf("conv %dx%d n=%d: worst |y - bf16 ref| / bound %.3f; max |y - f32| %.3g = %.0f "
+        printf("conv %dx%dx%d n=%d: worst |y - bf16 ref| / bound %.3f; max |y - f32| %.3g = %.0f "
                "bounds\n",
-               ks, ks, n, worst, away, away / tolmax);
+               ks, ks, cc, n, worst, away, away / tolmax);
         CHECK(worst <= 1.0);
         CHECK(away > 10 * tolmax);
     }
@@ -794,6 +795,72 @@ static void test_stem(void)
     rt_kern_bf16_conv_min_c = min_c0;
 }
 
+/* A Conv2D + MaxPool2D with few products a sum (rt_kern_bf16_f32_k)
+ * multiplies its bf16 values on the float32 fused kernel. Its numbers are
+ * the bf16 op's: every gradient and the loss of one batch against the
+ * same plan with the pair on oneDNN's bf16 primitives (rt_kern_bf16_f32_k
+ * 0), which round x, W and dz to bf16 and sum in float32 too, so the two
+ * differ by the order of float32 sums; both lie far from the float32
+ * plan's gradients. variant 0: cnn(1), c1 (3x3x2, 18 products) + Relu +
+ * MaxPool2D, the first layer (no dx); 1: cnn(0) with the threshold above
+ * 144, c2 (3x3x16) + Relu + MaxPool2D after c1, with dx, its output
+ * stored bf16 for Flatten. */
+static int64_t fewk_grads(int variant, int prec, int k, const float *x, const int32_t *y, float *gr,
+                          int64_t cap, double *loss)
+{
+    const int k0 = rt_kern_bf16_f32_k;
+    rt_kern_bf16_f32_k = k;
+    rt_graph *g = cnn(variant == 0);
+    rt_train_config cfg;
+    cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
+    cfg.shuffle = 0;
+    rt_plan *p = compile(g, &cfg, 0, NULL);
+    REQUIRE(p);
+    rt_kern_bf16_f32_k = k0;
+    char op[48];
+    /* still a bf16 op: its products multiply bf16 values */
+    if (prec == RT_PREC_BF16)
+        CHECK(prec_of(p, variant ? "c2" : "c1", op, sizeof op) == RT_PREC_BF16 &&
+              !strcmp(op, "Conv2D+MaxPool2D"));
+    rt_exec *e;
+    REQUIRE(rt_exec_create(p, &e) == 0);
+    REQUIRE(rt_exec_compute_grads(e, &(rt_data){.x = x, .y = y, .y_dtype = RT_I32, .n = 32}, 32,
+                                  loss) == 0);
+    const int64_t n = read_vals(p, e, gr, cap, 1);
+    rt_exec_destroy(e);
+    rt_plan_release(p);
+    rt_graph_destroy(g);
+    return n;
+}
+
+static void test_fewk(void)
+{
+    CHECK(rt_kern_bf16_f32_k == 32); /* an RGB 3x3 layer (27) takes the float32 kernel */
+    static float x[32 * 128], g[3][16000];
+    static int32_t y[32];
+    make_set(x, y, 32);
+    for (int v = 0; v < 2; v++) {
+        const int k = v ? 145 : 32;
+        double l[3];
+        const int64_t n = fewk_grads(v, RT_PREC_BF16, k, x, y, g[0], 16000, &l[0]);
+        REQUIRE(fewk_grads(v, RT_PREC_BF16, 0, x, y, g[1], 16000, &l[1]) == n);
+        REQUIRE(fewk_grads(v, RT_PREC_F32, k, x, y, g[2], 16000, &l[2]) == n);
+        double big = 0, er = 0, ef = 0;
+        for (int64_t j = 0; j < n; j++) {
+            big = fmax(big, fabs((double)g[1][j]));
+            er = fmax(er, fabs((double)g[0][j] - g[1][j]));
+            ef = fmax(ef, fabs((double)g[0][j] - g[2][j]));
+        }
+        const double lr = fabs(l[0] - l[1]) / fabs(l[1]), lf = fabs(l[0] - l[2]) / fabs(l[2]);
+        printf("few products a sum, variant %d: loss rel vs oneDNN bf16 %.3g (vs float32 %.3g); "
+               "gradients %.3g (vs float32 %.3g) of the largest\n",
+               v, lr, lf, er / big, ef / big);
+        CHECK(big > 0);
+        CHECK(lr <= 1e-6 && lr < lf / 100);
+        CHECK(er <= 1e-5 * big && er < ef / 1000);
+    }
+}
+
 /* ---------------------------------------------- bf16 activation storage */
 
 static void bn_layer(rt_graph *g, const char *name, const char *in)
@@ -1208,8 +1275,10 @@ int main(int argc, char **argv)
     }
     CHECK(rt_kern_bf16_conv_min_c == 1); /* by default every Conv2D in bf16, as Keras */
     test_dense();
-    test_conv(3);
-    test_conv(1);
+    test_conv(3, CC);
+    test_conv(1, CC);
+    test_conv(3, 3);
+    test_conv(1, 3);
     if (argc > 1)
         test_torch(argv[1]);
     test_keras();
@@ -1237,6 +1306,12 @@ int main(int argc, char **argv)
     test_store_join();
     test_store_bin();
     test_stem();
+    test_fewk();
+    /* the fused first layer on oneDNN's bf16 primitives against ref, as
+     * before (by default the float32 kernel runs it, above) */
+    rt_kern_bf16_f32_k = 0;
+    test_ref(40, 3 * 1024, 1);
+    rt_kern_bf16_f32_k = 32;
     if (rt_test_failures)
         fprintf(stderr, "%d check(s) failed\n", rt_test_failures);
     return rt_test_failures ? 1 : 0;

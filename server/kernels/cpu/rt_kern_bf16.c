@@ -24,7 +24,10 @@
  * produce in y and dx lie in the buffers' B-row extent, which no reader
  * looks at. Where oneDNN has no primitive, or only its reference one,
  * prepare hands the node back to the float32 kernel and the compile report
- * says float32 for it.
+ * says float32 for it. A Conv2D + MaxPool2D with few products a sum (an
+ * RGB first layer) multiplies its bf16 values on the float32 fused kernel
+ * instead (still bf16 numbers; "Conv2D + MaxPool2D with few products a
+ * sum" below).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -90,6 +93,23 @@ void rt_kern_to_bf16_serial(uint16_t *restrict d, const float *restrict s, int64
 #endif
     for (; i < n; i++)
         d[i] = rt_kern_bf16_round(s[i]);
+}
+
+/* d[i] = s[i] rounded to bf16 (nearest even) and widened back */
+static void rt__bround_serial(float *restrict d, const float *restrict s, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(s + i));
+        const __m512i w = _mm512_cvtepu16_epi32((__m256i)v);
+        _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
+    for (; i < n; i++) {
+        const uint32_t u = (uint32_t)rt__bf16(s[i]) << 16;
+        memcpy(d + i, &u, sizeof u);
+    }
 }
 
 void rt_kern_to_bf16(uint16_t *dst, const float *src, int64_t n)
@@ -169,12 +189,14 @@ static void rt__badd(float *restrict a, const float *restrict b, int64_t n)
 static int64_t rt__bdz_part(int64_t cols) { return RT__BDZ_NT * rt__ff(cols); }
 
 /* One pass over the output gradient: dz = dy * act'(y) (y unread without
- * an activation; stored bf16 when yb) rounded to bf16 into dzb, its rows from `rows` to `cap`
- * zeroed; with db the float32 sums of dz's columns too, the bias gradient
- * of the definition (rt_ref_bf16.c): per thread over a fixed split of the
- * rows (in part), then added in thread order, over db (dbadd) or not. */
-static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *dy, const void *y,
-                    int yb, int64_t rows, int64_t cols, int64_t cap, float *part)
+ * an activation; stored bf16 when yb) rounded to bf16 into dzb, its rows
+ * from `rows` to `cap` zeroed (or, with dzf, rounded and widened back into
+ * dzf, no rows past); with db the float32 sums of dz's columns too, the
+ * bias gradient of the definition (rt_ref_bf16.c): per thread over a
+ * fixed split of the rows (in part), then added in thread order, over db
+ * (dbadd) or not. */
+static void rt__bdz(int act, uint16_t *dzb, float *dzf, float *db, int dbadd, const float *dy,
+                    const void *y, int yb, int64_t rows, int64_t cols, int64_t cap, float *part)
 {
     int nt = omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
     if (nt > RT__BDZ_NT)
@@ -200,13 +222,16 @@ static void rt__bdz(int act, uint16_t *dzb, float *db, int dbadd, const float *d
                     rt_kern_act_bwd(act, g, dy + o, rt_kern_bf16_ld(y, yb, o, m, yt), m);
                     v = g;
                 }
-                rt_kern_to_bf16_serial(dzb + o, v, m);
+                if (dzf)
+                    rt__bround_serial(dzf + o, v, m);
+                else
+                    rt_kern_to_bf16_serial(dzb + o, v, m);
                 if (db)
                     for (int64_t j = 0; j < m; j++)
                         pd[c0 + j] += v[j];
             }
     }
-    if (cap > rows)
+    if (!dzf && cap > rows)
         memset(dzb + rows * cols, 0, sizeof(uint16_t) * (size_t)((cap - rows) * cols));
     if (db) {
         if (!dbadd)
@@ -353,8 +378,8 @@ static void rt__bdense_bwd(const rt__kargs *a)
     const uint16_t *wb = (uint16_t *)(a->ws + rt__bx_floats(nd, MB * K));
     uint16_t *dzb = (uint16_t *)a->scratch;
     float *part = a->scratch + rt__hf(MB * N), *sp = part + rt__bdz_part(N);
-    rt__bdz((int)d->key.act, dzb, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, a->y,
-            (int)d->key.yb, M, N, MB, part);
+    rt__bdz((int)d->key.act, dzb, NULL, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy,
+            a->y, (int)d->key.yb, M, N, MB, part);
     if (a->dx[1]) {
         const int add = (a->accum & 2u) != 0;
         rt_kern_dnnl_args g = {0};
@@ -371,6 +396,162 @@ static void rt__bdense_bwd(const rt__kargs *a)
         rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &d->dx, a->dx[0]);
         rt_kern_dnnl_exec(add ? d->dx_add : d->dx_set, &g, &d->sp[add ? 4 : 3], sp, 0);
     }
+}
+
+/* ------------------------- Conv2D + MaxPool2D with few products a sum */
+
+/* A Conv2D + MaxPool2D with fewer than rt_kern_bf16_f32_k products a sum
+ * (KH*KW*C: an RGB or grey first layer) multiplies bf16 values on the
+ * float32 fused kernel (rt_kern_conv.c): x and W rounded to bf16 and
+ * widened back into the workspace, dz rounded the same way, the products
+ * exact in float32 and summed in float32 as oneDNN's bf16 primitives sum
+ * them, y rounded to bf16 where it is stored so. The numbers are the bf16
+ * op's (the definition, rt_ref_bf16.c), up to the order of float32 sums;
+ * only the instructions differ. With 27 products a sum and 3 input
+ * channels oneDNN 2.6's bf16 kernels (a chunk of samples per thread, as
+ * the fused pair runs them) took 1.4x (forward) and 3x (backward-weights)
+ * the float32 kernel's time on W-B's stem, which the float32 kernel reads
+ * in place (rt__mk_dw_x9): a bf16 dot product pairs values along C, and 3
+ * channels leave it nothing to pair. An unfused Conv2D stays on oneDNN's
+ * whole-batch primitives, which ran Fashion's 1-channel stem faster than
+ * the float32 kernel does (bench/bf16/README.md, stop 13). Relu or no
+ * activation, ungrouped, pool windows that do not overlap: there dz
+ * rounded is the pooled gradient rounded and routed, so the float32
+ * kernel's dz from a rounded dy is the definition's. db sums the float32
+ * dz, as the definition. */
+int rt_kern_bf16_f32_k = 32;
+
+typedef struct {
+    rt__node f;          /* the node as the float32 kernel sees it */
+    const rt__kernel *k; /* the float32 kernel */
+    int64_t per, yper, wn, B;
+    int64_t xr, wr, yw; /* workspace offsets: x and W widened, y (or -1) */
+    int64_t yr, part;   /* scratch offsets: y (forward), dy rounded
+                         * (backward); db's partials */
+} rt__bcf;
+
+static int rt__bcf_fits(const rt__node *nd)
+{
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    if (nd->fused != &rt__op_maxpool2d || cv->G > 1 ||
+        cv->KH * cv->KW * cv->C >= rt_kern_bf16_f32_k ||
+        (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU))
+        return 0;
+    const rt__conv_params *pc = &nd->fused_p->conv;
+    return pc->SH >= pc->KH && pc->SW >= pc->KW;
+}
+
+/* x (bf16 when bx, else float32) as bf16 values in float32, over the
+ * threads where n is large */
+static void rt__bcf_widen(float *d, const void *s, int bx, int64_t n)
+{
+    const int nt = n < RT__BF_PAR || omp_get_max_threads() < 1 ? 1 : omp_get_max_threads();
+    const int64_t cs = ((n + nt - 1) / nt + 15) & ~(int64_t)15;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        const int64_t i0 = cs * t, m = n - i0 < cs ? n - i0 : cs;
+        if (m <= 0)
+            continue;
+        if (bx)
+            rt_kern_from_bf16_serial(d + i0, (const uint16_t *)s + i0, m);
+        else
+            rt__bround_serial(d + i0, (const float *)s + i0, m);
+    }
+}
+
+static int rt__bcf_prepare(rt__node *nd, int64_t B, rt__arena *A);
+static void rt__bcf_fwd(const rt__kargs *a);
+static void rt__bcf_bwd(const rt__kargs *a);
+static const rt__kernel rt__bcf_pool_kern = {
+    &rt__op_conv2d, &rt__op_maxpool2d, rt__bcf_fwd, rt__bcf_bwd, NULL, NULL};
+
+static int rt__bcf_prepare(rt__node *nd, int64_t B, rt__arena *A)
+{
+    const rt__conv_params *cv = rt__conv_cp(nd);
+    rt__bcf *d = rt__arena_alloc(A, sizeof *d);
+    if (!d)
+        return RT_ENOMEM;
+    memset(d, 0, sizeof *d);
+    d->k = rt_kern_cpu_f32_kernel(nd->op, nd->fused);
+    RT_ASSERT(d->k);
+    d->f = *nd;
+    d->f.kern = d->k;
+    d->f.prec = RT_PREC_F32;
+    d->f.bf16_in = 0;
+    d->f.bf16_out = 0;
+    d->f.kdata = NULL;
+    d->f.ws_floats = d->f.scratch_floats = 0;
+    if (d->k->prepare) {
+        const int rc = d->k->prepare(&d->f, B, A);
+        if (rc < 0)
+            return rc;
+    }
+    const rt__conv_params *pc = &nd->fused_p->conv;
+    d->per = cv->H * cv->W * cv->C;
+    d->yper = pc->OH * pc->OW * cv->OC;
+    d->wn = cv->KH * cv->KW * cv->C * cv->OC;
+    d->B = B;
+    d->xr = rt__ff(d->f.ws_floats);
+    d->wr = d->xr + rt__ff(B * d->per);
+    /* y stored bf16: the float32 kernel writes y into the workspace where
+     * Relu's backward reads it (its float32 value, not widened back: one
+     * pass fewer), else into scratch */
+    const int yw = nd->bf16_out && cv->act == RT__ACT_RELU;
+    d->yw = yw ? d->wr + rt__ff(d->wn) : -1;
+    d->yr = rt__ff(d->f.scratch_floats);
+    d->part = d->yr + rt__ff(B * d->yper);
+    nd->kern = &rt__bcf_pool_kern;
+    nd->kdata = d;
+    /* workspace: the float32 kernel's, x and W as bf16 values in float32,
+     * y (above) */
+    nd->ws_floats = d->wr + rt__ff(d->wn) + (yw ? rt__ff(B * d->yper) : 0);
+    /* scratch: the float32 kernel's, y or dy rounded, db's partial sums */
+    nd->scratch_floats = d->part + rt__bdz_part(cv->OC);
+    return 0;
+}
+
+static void rt__bcf_fwd(const rt__kargs *a)
+{
+    const rt__bcf *d = a->nd->kdata;
+    const int64_t n = a->r->n;
+    const int by = a->nd->bf16_out;
+    rt__bcf_widen(a->ws + d->xr, a->x[0], (a->nd->bf16_in & 1u) != 0, n * d->per);
+    rt__bcf_widen(a->ws + d->wr, a->x[1], 0, d->wn);
+    rt__kargs f = *a;
+    f.nd = &d->f;
+    f.x[0] = a->ws + d->xr;
+    f.x[1] = a->ws + d->wr;
+    if (by)
+        f.y = d->yw >= 0 ? a->ws + d->yw : a->scratch + d->yr;
+    d->k->fwd(&f);
+    if (by)
+        rt_kern_to_bf16((uint16_t *)a->y, f.y, n * d->yper);
+}
+
+static void rt__bcf_bwd(const rt__kargs *a)
+{
+    const rt__bcf *d = a->nd->kdata;
+    const rt__conv_params *cv = rt__conv_cp(a->nd);
+    float *dyr = a->scratch + d->yr;
+    /* the pooled gradient rounded (Relu's mask applied: the float32
+     * kernel applies it again, to the same effect) and db from the
+     * float32 values, Relu's y read float32 */
+    const float *y = a->nd->bf16_out ? (d->yw >= 0 ? a->ws + d->yw : NULL) : a->y;
+    const int64_t rows = a->r->n * d->yper / cv->OC;
+    rt__bdz(cv->act, NULL, dyr, cv->bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, y, 0, rows,
+            cv->OC, rows, a->scratch + d->part);
+    if (!a->dx[0] && !a->dx[1])
+        return;
+    rt__kargs f = *a;
+    f.nd = &d->f;
+    f.x[0] = a->ws + d->xr;
+    f.x[1] = a->ws + d->wr;
+    if (a->nd->bf16_out) /* Relu's float32 y; without Relu y is not read */
+        f.y = d->yw >= 0 ? a->ws + d->yw : dyr;
+    f.dy = dyr;
+    f.dx[2] = NULL; /* db above, from the float32 dz */
+    f.accum &= ~4u;
+    d->k->bwd(&f);
 }
 
 /* --------------------------------------------------------------- Conv2D */
@@ -782,7 +963,7 @@ static void rt__bconv_bwd(const rt__kargs *a)
     const uint16_t *wf = (uint16_t *)(a->ws + rt__bx_floats(a->nd, k->n * per));
     const rt__bcv_parts p = rt__bcv_split(d, a->scratch);
     float *db = k->bias ? a->dx[2] : NULL;
-    rt__bdz((int)k->act, p.dzb, db, (a->accum & 4u) != 0, a->dy, a->y, (int)d->yb,
+    rt__bdz((int)k->act, p.dzb, NULL, db, (a->accum & 4u) != 0, a->dy, a->y, (int)d->yb,
             n * k->OH * k->OW, k->OC, k->n * k->OH * k->OW, p.part);
     rt__bconv_grads(a, d, xb, &d->wf, wf, &p);
 }
@@ -872,6 +1053,8 @@ static int rt__bconv_pool_prepare(rt__node *nd, int64_t B, rt__arena *A)
 {
     const rt__conv_params *cv = rt__conv_cp(nd), *pc = &nd->fused_p->conv;
     RT_ASSERT(nd->fused == &rt__op_maxpool2d);
+    if (rt__bcf_fits(nd))
+        return rt__bcf_prepare(nd, B, A);
     if (cv->G > 1 || (cv->act != RT__ACT_NONE && cv->act != RT__ACT_RELU &&
                       cv->act != RT__ACT_SIGMOID && cv->act != RT__ACT_TANH))
         return rt__bf32(nd, B, A);

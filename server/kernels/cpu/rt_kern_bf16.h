@@ -39,6 +39,15 @@ const rt__kernel *rt_kern_cpu_f32_kernel(const rt__op_def *op, const rt__op_def 
  * but ResNet-18's unfused stem gave no clear gain (bench/bf16/README.md). */
 extern int rt_kern_bf16_conv_min_c;
 
+/* Conv2D + MaxPool2D (ungrouped, Relu or no activation, pool windows
+ * apart) with fewer products a sum (KH*KW*C) than this multiplies its
+ * bf16 values on the float32 fused kernel (x, W and dz rounded to bf16
+ * and widened: the bf16 op's numbers, float32 instructions), where
+ * oneDNN's bf16 kernels are slower (rt_kern_bf16.c). Default 32 (an RGB
+ * 3x3 layer has 27); 0 turns it off (bench/bf16 --f32-k). Read at
+ * compile. */
+extern int rt_kern_bf16_f32_k;
+
 /* Conv2D + MaxPool2D in bf16 runs its forward in chunks of samples whose
  * pre-pool values (float32) number at most this (at least one sample):
  * 2^18, 1 MiB, one core's L2 with the primitive's scratchpad. Read at
