@@ -107,7 +107,7 @@ static void rt__bround_serial(float *restrict d, const float *restrict s, int64_
     }
 #endif
     for (; i < n; i++) {
-        const uint32_t u = (uint32_t)rt__bf16(s[i]) << 16;
+        const uint32_t u = (uint32_t)rt_kern_bf16_round(s[i]) << 16;
         memcpy(d + i, &u, sizeof u);
     }
 }
