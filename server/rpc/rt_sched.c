@@ -467,7 +467,7 @@ void *rt__compile_main(void *arg)
  * client's order, none after a failed call, and nothing is replayed. */
 
 /* A call's program's marks, looked up once (the program lives while the
- * call holds its session). */
+ * call holds it: rt__call_free releases it). */
 static rt_program_pipe *pipe_of(rt_call *c)
 {
     if (!c->pipe)

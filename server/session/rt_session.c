@@ -281,7 +281,9 @@ fail:
     return rc;
 }
 
-int rt_session_remove_program(rt_session *s, rt_program *p)
+/* p out of s's list (dropped: marked so, under s->mu), the list's
+ * reference given back; RT_ENOTFOUND if p is not in it. */
+static int unlist(rt_session *s, rt_program *p, int dropped)
 {
     pthread_mutex_lock(&s->mu);
     int i = 0;
@@ -293,28 +295,17 @@ int rt_session_remove_program(rt_session *s, rt_program *p)
     }
     memmove(s->progs + i, s->progs + i + 1, sizeof *s->progs * (size_t)(s->n_progs - i - 1));
     s->n_progs--;
+    if (dropped)
+        __atomic_store_n(&p->dropped, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->mu);
     rt_program_release(p);
     return 0;
 }
 
-int rt_session_drop_program(rt_session *s, rt_program *p)
-{
-    pthread_mutex_lock(&s->mu);
-    int i = 0;
-    while (i < s->n_progs && s->progs[i] != p)
-        i++;
-    if (i == s->n_progs) {
-        pthread_mutex_unlock(&s->mu);
-        return RT_ENOTFOUND;
-    }
-    memmove(s->progs + i, s->progs + i + 1, sizeof *s->progs * (size_t)(s->n_progs - i - 1));
-    s->n_progs--;
-    __atomic_store_n(&p->dropped, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&s->mu);
-    rt_program_release(p); /* the list's; the caller still holds its own */
-    return 0;
-}
+int rt_session_remove_program(rt_session *s, rt_program *p) { return unlist(s, p, 0); }
+
+/* the caller still holds its own reference */
+int rt_session_drop_program(rt_session *s, rt_program *p) { return unlist(s, p, 1); }
 
 rt_program *rt_session_get_program(rt_session *s, const char *id)
 {
