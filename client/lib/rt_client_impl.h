@@ -38,6 +38,7 @@ enum {
     RT__M_EXPORT_ONNX = RT_METHOD_INDEX(export_onnx),
     RT__M_CHECKPOINT = RT_METHOD_INDEX(checkpoint),
     RT__M_RESTORE_CHECKPOINT = RT_METHOD_INDEX(restore_checkpoint),
+    RT__M_DROP_PROGRAM = RT_METHOD_INDEX(drop_program),
     RT__M_COUNT = RT_N_METHODS
 };
 

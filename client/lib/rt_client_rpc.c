@@ -936,3 +936,28 @@ int rt_client_restore_checkpoint_into(rt_client *c, const char *session, const c
                      id, program);
     return rc;
 }
+
+int rt_client_drop_program(rt_client *c, const char *session, const char *program)
+{
+    if (!c)
+        return RT_EINVAL;
+    rt__call_begin(c, RT__M_DROP_PROGRAM);
+    int rc = rt__check_id(c, "session", session);
+    if (rc == 0)
+        rc = rt__check_id(c, "program", program);
+    if (rc < 0)
+        return rt__call_end(c, rc);
+    const char *tok = rt_client_session_token(c, session);
+    Rtrain__V1__DropProgramRequest req = RTRAIN__V1__DROP_PROGRAM_REQUEST__INIT;
+    req.session_id = (char *)session;
+    req.session_token = (char *)(tok ? tok : "");
+    req.program_id = (char *)program;
+    Rtrain__V1__DropProgramResponse *r;
+    rc = rt__unary(c, RT__M_DROP_PROGRAM, &req.base, &rtrain__v1__drop_program_response__descriptor,
+                   (ProtobufCMessage **)&r);
+    if (rc == 0) {
+        rt__take_timings(c, r->timings, 0);
+        FREE_RESP(r);
+    }
+    return rt__call_end(c, rc);
+}

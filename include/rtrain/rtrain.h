@@ -1044,6 +1044,16 @@ int rt_client_restore_checkpoint(rt_client *c, const char *session, const void *
  * its resumable Fit (fit_id) is forgotten. */
 int rt_client_restore_checkpoint_into(rt_client *c, const char *session, const char *program,
                                       const void *state, size_t len, rt_client_ckpt_info *info);
+/* Free program, a program of session, on the daemon now rather than when
+ * the session closes (a model reloaded or recompiled in a loop). The drop
+ * waits behind the session's calls sent before it; a call on the program
+ * sent later, or one that had not reached the device, fails RT_ENOTFOUND,
+ * and a RunSteps/Fit running on it stops at its next step. With
+ * --state-dir its checkpoints are removed (a restart does not bring it
+ * back). RT_ENOTFOUND for an unknown program or one dropped already (a
+ * retried drop: take it as done); RT_EAUTH without the session's token
+ * (a session this client opened or attached to has it). */
+int rt_client_drop_program(rt_client *c, const char *session, const char *program);
 
 int rt_client_evaluate(rt_client *c, const char *session, const char *program,
                        const char *dataset, rt_client_metrics *out);

@@ -18,7 +18,7 @@ typedef struct compile_st {
     uint8_t key[16];
     rt_plan *plan;     /* from the cache, or compiled by the work */
     rt_principal *who; /* holds one RT_Q_PROGRAMS until the program takes it */
-    rt_program *from;  /* state_from_program (valid while c->sess is held) */
+    rt_program *from;  /* state_from_program, retained */
     int nchw;          /* the ONNX model's data input takes NCHW data */
 } compile_st;
 
@@ -28,6 +28,7 @@ static void compile_st_free(void *p)
     rt_graph_destroy(st->g);
     rt_plan_release(st->plan);
     rt_principal_unreserve(st->who, RT_Q_PROGRAMS, 1);
+    rt_program_release(st->from);
     free(st);
 }
 
@@ -448,7 +449,7 @@ static int dist_program(rt_call *c, rt_exec *e, char *err, size_t errlen)
 /* A program that the failing call c added: gone again, from the session
  * and the state directory, with what it was charged (its id reached
  * nobody). Returns rc, the call's failure. */
-int rt_h_drop_program(rt_call *c, rt_program *p, int rc)
+int rt_h_unmake_program(rt_call *c, rt_program *p, int rc)
 {
     if (c->srv->state)
         rt_state_program_remove(c->srv->state, c->sess->id, rt_program_id(p));
@@ -551,10 +552,10 @@ static int compile_work_model(rt_call *c)
     if (st->from)
         rt_program_inherit(prog, st->from);
     if ((rc = rt_h_durable_program(c, prog)) < 0 || (rc = compile_answer(c, st, prog, hit)) < 0)
-        return rt_h_drop_program(c, prog, rc);
+        return rt_h_unmake_program(c, prog, rc);
     /* a client gone (its deadline) would never learn the id */
     if (rt_call_is_cancelled(c))
-        return rt_h_drop_program(c, prog, rt_call_fail(c, RT_ECANCELLED, "compile cancelled"));
+        return rt_h_unmake_program(c, prog, rt_call_fail(c, RT_ECANCELLED, "compile cancelled"));
     char sid[16], pid[16];
     RT_LOG(RT_LOG_INFO, "session %s: program %s (%s, %llu params)", rt_log_id(c->sess->id, sid),
            rt_log_id(rt_program_id(prog), pid), hit ? "cache hit" : "compiled",
@@ -674,7 +675,7 @@ int rt_h_compile(rt_call *c)
     if ((rc = config_from_pb(c, q->config, &st->cfg)) < 0)
         return rc;
     if (q->state_from_program && *q->state_from_program &&
-        !(st->from = rt_session_find_program(c->sess, q->state_from_program)))
+        !(st->from = rt_session_get_program(c->sess, q->state_from_program)))
         return rt_call_fail(c, RT_ENOTFOUND,
                             "state_from_program: unknown program '%.64s' in "
                             "session %s",

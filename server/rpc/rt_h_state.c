@@ -428,7 +428,7 @@ static int restore_work(rt_call *c)
         return rt_call_fail(c, rc, "cannot compile the state's model: %s", err);
     if ((rc = rt_exec_load_state(rt_program_exec(p), v.exec, v.exec_len)) < 0) {
         rt_call_fail(c, rc, "%s", rt_exec_errmsg(rt_program_exec(p)));
-        return rt_h_drop_program(c, p, rc);
+        return rt_h_unmake_program(c, p, rc);
     }
     rt_ckpt_apply_meta(p, &v);
     /* sequence numbers and fits belong to the client that trained it: the
@@ -436,11 +436,11 @@ static int restore_work(rt_call *c)
     rt_program_forget_client(p);
     if (c->srv->state &&
         (rc = rt_h_durable_checkpoint(c, p, RTRAIN__V1__CHECKPOINT_POLICY__CHECKPOINT_STOP)) < 0)
-        return rt_h_drop_program(c, p, rc);
+        return rt_h_unmake_program(c, p, rc);
     if (rt_call_is_cancelled(c))
-        return rt_h_drop_program(c, p, rt_call_fail(c, RT_ECANCELLED, "restore cancelled"));
+        return rt_h_unmake_program(c, p, rt_call_fail(c, RT_ECANCELLED, "restore cancelled"));
     if ((rc = restore_answer(c, p, "restored from")) < 0)
-        return rt_h_drop_program(c, p, rc);
+        return rt_h_unmake_program(c, p, rc);
     return 0;
 }
 
@@ -529,4 +529,46 @@ void rt_h_state_flush(rt_srv *s)
         return;
     int n = rt_session_each_program(s->sessions, flush_one, s);
     RT_LOG(RT_LOG_INFO, "state: %d checkpoint(s) written at exit", n);
+}
+
+/* ------------------------------------------------------------ DropProgram */
+/* Holding the device, behind the session's calls queued before it: no call
+ * runs on the program meanwhile, so its files go before any checkpoint of
+ * it could be written again (rt_train_checkpoint skips a dropped one). */
+static int drop_work(rt_call *c)
+{
+    rt_program *p = c->prog;
+    Rtrain__V1__DropProgramResponse *r =
+        NEW(c, Rtrain__V1__DropProgramResponse, RTRAIN__V1__DROP_PROGRAM_RESPONSE__INIT);
+    if (!r)
+        return OOM(c);
+    /* A RunSteps or Fit on it that handed the device over stops at its
+     * next step; one that found it and waits answers NOT_FOUND (run_work). */
+    rt_program_control(p, 1);
+    if (rt_session_drop_program(c->sess, p) < 0)
+        return rt_call_fail(c, RT_ENOTFOUND, "unknown program '%.64s' in session %s",
+                            rt_program_id(p), c->sess->id);
+    if (c->srv->state) {
+        uint64_t t0 = rt_now_ns();
+        rt_state_program_remove(c->srv->state, c->sess->id, rt_program_id(p));
+        c->tm.durable_ns += rt_now_ns() - t0;
+    }
+    char sid[16], pid[16];
+    RT_LOG(RT_LOG_INFO, "session %s: program %s dropped", rt_log_id(c->sess->id, sid),
+           rt_log_id(rt_program_id(p), pid));
+    c->resp = &r->base;
+    return 0;
+}
+
+int rt_h_drop_program(rt_call *c)
+{
+    Rtrain__V1__DropProgramRequest *q = REQ(c, Rtrain__V1__DropProgramRequest);
+    int rc;
+    if ((rc = rt_h_need_program(c, q->session_id, q->program_id)) < 0 ||
+        (rc = need_token(c, q->session_token)) < 0)
+        return rc;
+    c->work = drop_work;
+    c->needs_device = 1;
+    c->est_ns = 2000;
+    return 0;
 }

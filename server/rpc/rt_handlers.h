@@ -7,7 +7,8 @@
  *   rt_h_upload.c   UploadDataset, FindDataset (ingestion: rt_ingest.h)
  *   rt_h_train.c    RunSteps, Fit, Evaluate, Predict, Control
  *   rt_h_state.c    GetWeights, SetWeights, ExportOnnx, Checkpoint,
- *                   RestoreCheckpoint, the state dir at start and exit
+ *                   RestoreCheckpoint, DropProgram, the state dir at
+ *                   start and exit
  * Handlers run on a completion-queue thread; the *_work functions run with
  * the device held (needs_device), inline or on the executor. A handler
  * validates, takes references and sets work; the use cases are the
@@ -103,7 +104,7 @@ int rt_h_create_session(rt_call *c);
 int rt_h_close_session(rt_call *c);
 
 /* rt_h_compile.c: compile */
-int rt_h_drop_program(rt_call *c, rt_program *p, int rc);
+int rt_h_unmake_program(rt_call *c, rt_program *p, int rc);
 int rt_h_compile(rt_call *c);
 int rt_h_restore_program(rt_srv *srv, rt_session *sess, const uint8_t *req, size_t len,
                          const char *pid, rt_program **out, char *err, size_t errlen);
@@ -126,6 +127,7 @@ int rt_h_export_onnx(rt_call *c);
 int rt_h_set_weights(rt_call *c);
 int rt_h_checkpoint(rt_call *c);
 int rt_h_restore_checkpoint(rt_call *c);
+int rt_h_drop_program(rt_call *c);
 /* rt_service_life's (rt_srv_impl.h): --state-dir at start and exit */
 int rt_h_state_open(rt_srv *s, char *err, size_t errlen);
 void rt_h_state_flush(rt_srv *s);

@@ -96,6 +96,7 @@ const rt_method_handler rt_handlers[RT_N_METHODS] = {
     H(export_onnx, RT_UNARY, rt_h_export_onnx, NULL),
     H(checkpoint, RT_UNARY, rt_h_checkpoint, NULL),
     H(restore_checkpoint, RT_UNARY, rt_h_restore_checkpoint, NULL),
+    H(drop_program, RT_UNARY, rt_h_drop_program, NULL),
 };
 #undef H
 

@@ -265,7 +265,12 @@ static void run_work(rt_call *c)
 {
     rt__call_to(c, RT_CS_RUNNING);
     uint64_t t0 = rt_now_ns(), cb = c->tm.compile_ns, eb = c->tm.encode_ns, xb = c->tm.execute_ns;
-    int rc = c->work(c);
+    /* A call that found its program before a DropProgram that ran first
+     * (rt_session.h: the program's memory is still the call's). */
+    int rc =
+        c->prog && rt_program_dropped(c->prog)
+            ? rt_call_fail(c, RT_ENOTFOUND, "program %.64s was dropped", rt_program_id(c->prog))
+            : c->work(c);
     if (rc < 0 && !c->err)
         rt_call_fail(c, rc, "%s", rt_strerror(rc));
     uint64_t dur = rt_now_ns() - t0;
@@ -462,7 +467,7 @@ void *rt__compile_main(void *arg)
  * client's order, none after a failed call, and nothing is replayed. */
 
 /* A call's program's marks, looked up once (the program lives while the
- * call holds its session). */
+ * call holds it: rt__call_free releases it). */
 static rt_program_pipe *pipe_of(rt_call *c)
 {
     if (!c->pipe)

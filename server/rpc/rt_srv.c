@@ -107,6 +107,7 @@ void rt__call_free(rt_call *c, int matched)
     drop_datasets(c);
     /* The lease runs from the end of the last call that used the session,
      * so a Fit longer than the lease does not leave it expired. */
+    rt_program_release(c->prog); /* before its session's */
     if (c->sess) {
         __atomic_store_n(&c->sess->last_used_ns, rt_now_ns(), __ATOMIC_RELAXED);
         rt_session_release(c->sess);

@@ -108,6 +108,13 @@ static inline rt_exec *rt_program_exec(const rt_program *p)
     return ((const rt_program_head *)(const void *)p)->exec;
 }
 rt_program_pipe *rt_program_pipe_marks(rt_program *p);
+/* [any] Give back a reference (rt_session.h: a program's lifetime); the
+ * last frees the program. NULL is a no-op. */
+void rt_program_release(rt_program *p);
+/* [any] 1 once DropProgram took p out of its session: a call that found
+ * it before answers NOT_FOUND when it reaches the device, and no
+ * checkpoint of it is written. */
+int rt_program_dropped(const rt_program *p);
 /* [any] What the data view needs of the plan (rt_view.h), read when the
  * program was added, so a training call's data checks and views do not go
  * back to the engine. */

@@ -65,6 +65,14 @@ struct rt_program {
      * lock; written with every checkpoint. */
     rt_fit_rec fit;
     rt_fit_epoch fit_ring[RT_FIT_RING];
+    /* Lifetime (rt_session.h): the session's list holds one reference and
+     * every call that looked the program up one more (atomic); the last
+     * release frees it and gives back what it was charged to owner.
+     * dropped (atomic) is set by DropProgram, under the device lock, when
+     * the program leaves its session's list. */
+    int refs;
+    int dropped;
+    rt_principal *owner;
 };
 
 #endif

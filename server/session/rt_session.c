@@ -204,14 +204,25 @@ void rt_session_table_usage(rt_session_table *t, rt_session_usage *u)
 void rt_session_retain(rt_session *s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED); }
 
 /* p's memory and what it was charged as */
-static void program_free(rt_session *s, rt_program *p)
+static void program_free(rt_program *p)
 {
     rt_exec_destroy(p->exec);
     rt_plan_release(p->plan);
-    rt_principal_unreserve(s->owner, RT_Q_PROGRAM_BYTES, p->charged_bytes);
-    rt_principal_unreserve(s->owner, RT_Q_PROGRAMS, 1);
+    rt_principal_unreserve(p->owner, RT_Q_PROGRAM_BYTES, p->charged_bytes);
+    rt_principal_unreserve(p->owner, RT_Q_PROGRAMS, 1);
     free(p->req);
     free(p);
+}
+
+void rt_program_release(rt_program *p)
+{
+    if (p && __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        program_free(p);
+}
+
+int rt_program_dropped(const rt_program *p)
+{
+    return __atomic_load_n(&p->dropped, __ATOMIC_ACQUIRE);
 }
 
 void rt_session_release(rt_session *s)
@@ -219,7 +230,7 @@ void rt_session_release(rt_session *s)
     if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     for (int i = 0; i < s->n_progs; i++)
-        program_free(s, s->progs[i]);
+        rt_program_release(s->progs[i]);
     free(s->progs);
     rt_principal_unreserve(s->owner, RT_Q_SESSIONS, 1);
     pthread_mutex_destroy(&s->mu);
@@ -238,6 +249,8 @@ int rt_session_add_program(rt_session *s, rt_plan *plan, rt_exec *exec, uint64_t
         free(p);
         goto fail;
     }
+    p->refs = 1; /* the session's list */
+    p->owner = s->owner;
     p->charged_bytes = bytes;
     p->plan = plan;
     p->exec = exec;
@@ -268,7 +281,9 @@ fail:
     return rc;
 }
 
-int rt_session_remove_program(rt_session *s, rt_program *p)
+/* p out of s's list (dropped: marked so, under s->mu), the list's
+ * reference given back; RT_ENOTFOUND if p is not in it. */
+static int unlist(rt_session *s, rt_program *p, int dropped)
 {
     pthread_mutex_lock(&s->mu);
     int i = 0;
@@ -280,9 +295,32 @@ int rt_session_remove_program(rt_session *s, rt_program *p)
     }
     memmove(s->progs + i, s->progs + i + 1, sizeof *s->progs * (size_t)(s->n_progs - i - 1));
     s->n_progs--;
+    if (dropped)
+        __atomic_store_n(&p->dropped, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->mu);
-    program_free(s, p);
+    rt_program_release(p);
     return 0;
+}
+
+int rt_session_remove_program(rt_session *s, rt_program *p) { return unlist(s, p, 0); }
+
+/* the caller still holds its own reference */
+int rt_session_drop_program(rt_session *s, rt_program *p) { return unlist(s, p, 1); }
+
+rt_program *rt_session_get_program(rt_session *s, const char *id)
+{
+    rt_program *p = NULL;
+    if (!id)
+        return NULL;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_progs; i++)
+        if (strcmp(s->progs[i]->id, id) == 0) {
+            p = s->progs[i];
+            __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return p;
 }
 
 rt_program *rt_session_find_program(rt_session *s, const char *id)
@@ -312,7 +350,7 @@ int rt_session_lookup(rt_session_table *t, const rt_principal *who, const char *
         return 0;
     if (!pid || !*pid)
         return rt_errf(err, errlen, RT_EINVAL, "program_id is empty");
-    if (!(*prog = rt_session_find_program(*sess, pid)))
+    if (!(*prog = rt_session_get_program(*sess, pid)))
         return rt_errf(err, errlen, RT_ENOTFOUND, "unknown program '%.64s' in session %s", pid,
                        (*sess)->id);
     return 0;

@@ -20,7 +20,15 @@
  *     rt_session_release(s);
  *     ...
  *     rt_session *s2 = rt_session_find(t, id, who);  // retained or NULL
- *     rt_program *p2 = rt_session_find_program(s2, pid); // valid while s2 held
+ *     rt_program *p2 = rt_session_get_program(s2, pid); // retained or NULL
+ *     rt_program_release(p2);
+ *
+ * A program's lifetime: the session's list holds one reference and every
+ * call that looked it up (rt_session_get_program, rt_session_lookup) one
+ * more, released when the call ends, before its session reference. A
+ * program leaves the list when its session is freed, or earlier by
+ * rt_session_drop_program (DropProgram); it is freed by the last release,
+ * so a call that found it before the drop still runs on valid memory.
  *
  * Threads: the table and each session have a mutex. A program's exec is
  * only used under the device lock (server/rpc), never concurrently.
@@ -101,10 +109,20 @@ int rt_session_remove_program(rt_session *s, rt_program *p);
 /* Fill dst with 128 random bits as prefix + 32 hex digits (len >= 35).
  * RT_EIO if getrandom fails: ids are never made from guessable values. */
 int rt_random_id(char *dst, size_t len, const char *prefix);
+/* DropProgram: p leaves s's list (later lookups answer RT_ENOTFOUND), is
+ * marked dropped (rt_program_dropped) and loses the list's reference; the
+ * caller's own reference keeps it until released. RT_ENOTFOUND if p is
+ * not in s's list (dropped already). Called holding the device, so no call
+ * runs on p meanwhile. */
+int rt_session_drop_program(rt_session *s, rt_program *p);
+/* The program with this id, retained (rt_program_release), or NULL. */
+rt_program *rt_session_get_program(rt_session *s, const char *id);
+/* The same, not retained: valid while s is held and nothing drops it (the
+ * tools and tests; calls use rt_session_get_program). */
 rt_program *rt_session_find_program(rt_session *s, const char *id);
 /* A call's session sid (who's) and, with prog, its program pid: *sess is
  * retained (the caller releases it) also when the program is missing;
- * *prog is valid while *sess is held. RT_EINVAL for an empty id,
+ * *prog is retained too (rt_program_release, before *sess). RT_EINVAL for an empty id,
  * RT_ENOTFOUND for an unknown one (another principal's session answers as
  * a missing one), err naming it. */
 int rt_session_lookup(rt_session_table *t, const rt_principal *who, const char *sid,

@@ -244,6 +244,8 @@ int rt_train_checkpoint(rt_state *st, const char *sid, rt_program *p, int cont, 
                         size_t errlen)
 {
     char e[300];
+    if (rt_program_dropped(p))
+        return 0; /* DropProgram removed its files: none come back */
     int rc = rt_state_checkpoint(st, sid, p, e, sizeof e);
     if (rc == 0)
         return 0;

@@ -1035,6 +1035,13 @@ int main(int argc, char **argv)
     rt_client_compile_result np;
     CHECK_RC(rt_client_compile(c, sid, nm, &o, &np));
     CHECK(np.param_count == prog.param_count);
+    /* dropped (issue 29): gone for the calls after it, a second drop too */
+    CHECK_RC(rt_client_drop_program(c, sid, np.program_id));
+    rc = rt_client_evaluate(c, sid, np.program_id, va.id, &m);
+    CHECK(rc == RT_ENOTFOUND && rt_client_grpc_status(c) == 5);
+    rc = rt_client_drop_program(c, sid, np.program_id);
+    CHECK(rc == RT_ENOTFOUND && strstr(rt_client_errmsg(c), np.program_id) != NULL);
+    CHECK_RC(rt_client_evaluate(c, sid, prog.program_id, va.id, &m));
     rt_client_compile_result_free(&np);
     rt_model_destroy(nm);
 

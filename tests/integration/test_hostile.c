@@ -1150,11 +1150,143 @@ out:
     CHECK(system(cmd) == 0, "rm %s", dir);
 }
 
+/* ------------------------------------------------------- DropProgram */
+static int drop(itest_conn *c, const char *sid, const char *tok, const char *pid)
+{
+    Rtrain__V1__DropProgramRequest q = RTRAIN__V1__DROP_PROGRAM_REQUEST__INIT;
+    q.session_id = (char *)sid;
+    q.session_token = (char *)tok;
+    q.program_id = (char *)pid;
+    itest_res r;
+    return unary_st(c, "DropProgram", &q, &r);
+}
+
+static int program_dir_exists(const char *dir, const char *sid, const char *pid)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/sessions/%s/%s", dir, sid, pid);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* DropProgram (issue 29): a dropped program leaves /metrics' count and
+ * --state-dir, answers NOT_FOUND to RunSteps, Predict and a second drop,
+ * and does not come back when the daemon restarts; another program of the
+ * session trains on bit-identically (3 steps after the drop are the 3
+ * steps it made from the same state before it). Refused, changing
+ * nothing: a wrong token, another session's id and token, an unknown id. */
+static void test_drop(void)
+{
+    char dir[] = "/tmp/rtrain-drop-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *extra[] = {"--metrics-listen", "127.0.0.1:0", "--state-dir", dir, NULL};
+    itest_daemon d;
+    CHECK(itest_daemon_start(&d, g_daemon, extra) == 0 && d.metrics[0], "daemon start");
+    itest_conn *c = itest_connect(d.addr);
+    char sid[64], tok[64], bsid[64], btok[64], p1[64], p2[64], bp[64], iris[64], np[64];
+    itest_res r;
+    int64_t step;
+    int fin;
+    session(c, sid, tok);
+    session(c, bsid, btok);
+    compile_iris(c, sid, p1, 0);
+    compile_iris(c, sid, p2, 0);
+    compile_iris(c, bsid, bp, 0);
+    upload_iris(c, sid, iris);
+    CHECK(run_steps(c, sid, p1, iris, 2, &step, &fin, &r) == 0 && step == 2, "p1: %s",
+          r.details);
+    itest_res_free(&r);
+    CHECK(run_steps(c, sid, p2, iris, 5, &step, &fin, &r) == 0 && step == 5, "p2: %s",
+          r.details);
+    itest_res_free(&r);
+    /* p2's reference: 3 steps from step 5 before any drop */
+    ck k5 = {0};
+    CHECK(checkpoint(c, sid, tok, p2, 1, 0, &k5.b, &k5.n, &step, &r) == 0 && k5.b, "pull: %s",
+          r.details);
+    itest_res_free(&r);
+    CHECK(run_steps(c, sid, p2, iris, 3, &step, &fin, &r) == 0 && step == 8, "p2 on: %s",
+          r.details);
+    itest_res_free(&r);
+    size_t n8 = 0;
+    uint8_t *w8 = itest_weights_blob(c, sid, p2, &n8, NULL, NULL);
+    CHECK(restore_at(c, sid, tok, p2, k5.b, k5.n, np, &step, &r) == 0 && step == 5,
+          "p2 back to 5: %s", r.details);
+    itest_res_free(&r);
+    uint64_t base[G__N], now[G__N];
+    CHECK(settled(&d, base) == 0 && base[G_PROGRAMS] == 3, "3 programs: %llu",
+          (unsigned long long)base[G_PROGRAMS]);
+    CHECK(program_dir_exists(dir, sid, p1), "p1 has no checkpoint folder");
+
+    /* refusals: nothing changes */
+    CHECK(drop(c, sid, "t-0123456789abcdef0123456789abcdef", p1) == 16, "a wrong token");
+    CHECK(drop(c, bsid, btok, p1) == 5, "another session's id and token");
+    CHECK(drop(c, sid, btok, p1) == 16, "another session's token");
+    CHECK(drop(c, sid, tok, "p-0123456789abcdef0123456789abcdef") == 5, "an unknown id");
+    CHECK(drop(c, sid, tok, "") == 3, "an empty id");
+    CHECK(settled(&d, now) == 0 && now[G_PROGRAMS] == 3, "refusals: %llu programs",
+          (unsigned long long)now[G_PROGRAMS]);
+
+    /* the drop */
+    CHECK(drop(c, sid, tok, p1) == 0, "drop p1");
+    CHECK(settled(&d, now) == 0 && now[G_PROGRAMS] == 2, "after the drop: %llu programs",
+          (unsigned long long)now[G_PROGRAMS]);
+    CHECK(now[G_CHARGED] < base[G_CHARGED], "the charged bytes did not fall: %llu, %llu",
+          (unsigned long long)now[G_CHARGED], (unsigned long long)base[G_CHARGED]);
+    CHECK(!program_dir_exists(dir, sid, p1), "p1's checkpoint folder is left");
+    CHECK(program_dir_exists(dir, sid, p2), "p2's checkpoint folder went too");
+    CHECK(run_steps(c, sid, p1, iris, 1, &step, &fin, &r) == 5 && strstr(r.details, p1),
+          "RunSteps on a dropped program: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    Rtrain__V1__PredictRequest pq = RTRAIN__V1__PREDICT_REQUEST__INIT;
+    pq.session_id = sid;
+    pq.program_id = p1;
+    pq.input_case = RTRAIN__V1__PREDICT_REQUEST__INPUT_DATASET_ID;
+    pq.dataset_id = iris;
+    CHECK(unary_st(c, "Predict", &pq, &r) == 5, "Predict on a dropped program");
+    CHECK(drop(c, sid, tok, p1) == 5, "a second drop");
+    /* p2 trains on as it did */
+    CHECK(run_steps(c, sid, p2, iris, 3, &step, &fin, &r) == 0 && step == 8 && fin,
+          "p2 after the drop: %d %s", r.status, r.details);
+    itest_res_free(&r);
+    size_t n = 0;
+    uint8_t *w = itest_weights_blob(c, sid, p2, &n, NULL, NULL);
+    CHECK(w8 && w && n == n8 && !memcmp(w, w8, n), "p2's 3 steps after the drop are not the "
+          "ones before it");
+    free(w);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "daemon exit");
+
+    /* a restart brings p2 and the other session's program back, not p1 */
+    CHECK(itest_daemon_start(&d, g_daemon, extra) == 0 && d.metrics[0], "daemon restart");
+    c = itest_connect(d.addr);
+    CHECK(settled(&d, now) == 0 && now[G_PROGRAMS] == 2, "after the restart: %llu programs",
+          (unsigned long long)now[G_PROGRAMS]);
+    CHECK(checkpoint(c, sid, tok, p2, 0, 0, NULL, NULL, &step, &r) == 0 && step == 8,
+          "p2 after the restart: %d step %lld %s", r.status, (long long)step, r.details);
+    itest_res_free(&r);
+    CHECK(checkpoint(c, sid, tok, p1, 0, 0, NULL, NULL, &step, &r) == 5,
+          "p1 after the restart: %d", r.status);
+    itest_res_free(&r);
+    /* the drop of a restored program */
+    CHECK(drop(c, bsid, btok, bp) == 0, "drop a restored program");
+    CHECK(settled(&d, now) == 0 && now[G_PROGRAMS] == 1 && !program_dir_exists(dir, bsid, bp),
+          "after dropping a restored program: %llu programs",
+          (unsigned long long)now[G_PROGRAMS]);
+    itest_disconnect(c);
+    CHECK(itest_daemon_stop(&d, SIGTERM) == 0, "daemon exit");
+    free(k5.b);
+    free(w8);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3 ||
-        (strcmp(argv[2], "input") && strcmp(argv[2], "leftovers") && strcmp(argv[2], "into"))) {
-        fprintf(stderr, "usage: %s RTRAIND input|leftovers|into\n", argv[0]);
+        (strcmp(argv[2], "input") && strcmp(argv[2], "leftovers") && strcmp(argv[2], "into") &&
+         strcmp(argv[2], "drop"))) {
+        fprintf(stderr, "usage: %s RTRAIND input|leftovers|into|drop\n", argv[0]);
         return 2;
     }
     g_daemon = argv[1];
@@ -1164,6 +1296,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[2], "into")) {
         RUN(test_restore_into);
+        return itest_summary();
+    }
+    if (!strcmp(argv[2], "drop")) {
+        RUN(test_drop);
         return itest_summary();
     }
     setup();

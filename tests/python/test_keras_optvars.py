@@ -34,6 +34,7 @@ diabetes_detection.keras, written by Keras 3.5.0 (TensorFlow), holds that
 layout: 21 variables, iteration (int64, 117200) then momentum and velocity
 of its 10 trainable variables (Adam over CosineDecay: no learning_rate).
 """
+import gc
 import io
 import os
 import re
@@ -184,6 +185,39 @@ def _programs(url):
     return int(re.search(r"^rtrain_programs (\d+)$", page, re.M).group(1))
 
 
+def test_dropped_models_free_their_programs(tmp_path):
+    """Issue 29: a model's program leaves the daemon with the model. A
+    model loaded five times into one name, a model deleted, and a model
+    recompiled for another batch size (its program replaced) keep the
+    daemon's program count where it was; the recompiled model trains on
+    from its old program's state (state_from is read before the drop)."""
+    port = free_port()
+    url = "http://127.0.0.1:%d/metrics" % port
+    d = Daemon("--metrics-listen", "127.0.0.1:%d" % port)
+    try:
+        with rtrain.connect(d.addr, timeout=30) as client:
+            x, y = _data()
+            a = _model(client, rtrain.optimizers.Adam(learning_rate=0.02))
+            a.fit(x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)  # 4 steps
+            p = str(tmp_path / "a.keras")
+            a.save(p)
+            n = _programs(url)
+            for i in range(5):
+                b = models.load_model(p, client=client)
+                b.fit(x, y, epochs=1, batch_size=8, shuffle=False, verbose=0)
+                gc.collect()  # a model is in reference cycles (its layers)
+                assert _programs(url) == n + 1, "load_model %d" % i
+            del b
+            gc.collect()
+            assert _programs(url) == n
+            pid, step = a.program_id, a.global_step
+            a.fit(x, y, epochs=1, batch_size=4, shuffle=False, verbose=0)  # a new program
+            assert a.program_id != pid and a.global_step == step + 8
+            assert _programs(url) == n
+    finally:
+        d.stop()
+
+
 def test_reloads_make_no_program(tmp_path):
     """Issue 29: a state restored into a model loads into its program, so
     reloading in a loop leaves nothing behind on the daemon (each reload
@@ -216,13 +250,15 @@ def test_reloads_make_no_program(tmp_path):
             a.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)  # 8 more
             for got, want in zip(a.get_weights(), ref.get_weights()):
                 np.testing.assert_array_equal(got, want)
-            # load_model: the loaded model's own program, one each, and
-            # its optimizer state pushed into that program
+            # load_model: the loaded model's own program, and its
+            # optimizer state pushed into that program; the model it
+            # replaces in b is collected and its program dropped
             for i in range(5):
                 b = models.load_model(p, client=client)
                 assert b.global_step == 12
+                gc.collect()  # a model is in reference cycles (its layers)
                 got = _programs(url)
-                assert got == n + 1 + i, "load_model %d: %d programs, not %d" % (i, got, n + 1 + i)
+                assert got == n + 1, "load_model %d: %d programs, not %d" % (i, got, n + 1)
             b.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0)
             for got, want in zip(b.get_weights(), ref.get_weights()):
                 np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -240,6 +276,7 @@ def test_reloads_make_no_program(tmp_path):
                 o._compiled._prog.push_state(state)
             assert o.program_id == old and o.global_step == 4
             assert o.load_checkpoint(ck) == 12
-            assert o.program_id != old and _programs(url) == before + 1
+            # the program it was is dropped: o was its only holder
+            assert o.program_id != old and _programs(url) == before
     finally:
         d.stop()

@@ -44,6 +44,7 @@ import json as _json
 import os as _os
 import sys as _sys
 import time as _time
+import weakref as _weakref
 
 import numpy as _np
 
@@ -1612,7 +1613,13 @@ def _auto_verbose():
 class Client(_rtrain.Client):
     """A session on one rtraind. Use rtrain.connect()."""
 
-    _last_model = None  # the last compile's CompiledModel: images take its input size
+    # the last compile's CompiledModel, weakly: images take its input size,
+    # and a model the notebook let go frees its program on the daemon
+    _last_ref = None
+
+    @property
+    def _last_model(self):
+        return self._last_ref() if self._last_ref is not None else None
 
     def compile(self, spec, optimizer="rmsprop", loss=None, metrics=None,
                 batch_size=None, shuffle=True, seed=0, from_logits=False,
@@ -1766,7 +1773,7 @@ class Client(_rtrain.Client):
             model._unbound = len(dims) == 1 and any(d is None for d in dims[0])
         model._fixed_batch = fixed  # fit's batch_size default
         model._compile((int(batch_size), bool(shuffle), label))
-        self._last_model = model  # images uploaded next take its input size
+        self._last_ref = _weakref.ref(model)  # images uploaded next take its input size
         return model
 
     def upload_tfrecord(self, paths, features, label=None, image_size=None,

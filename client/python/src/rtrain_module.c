@@ -181,6 +181,12 @@ typedef struct {
     volatile sig_atomic_t cancel_req;
     volatile unsigned long owner; /* thread holding lock, 0 = none */
     PyObject *last_timings;       /* dict or None */
+    /* Programs whose Python object went away while the lock was taken
+     * (another thread's call, or a call on this thread that collected
+     * it): dropped on the daemon when that call gives the lock back
+     * (rt_py__unlock). Under the GIL. */
+    char (*pending)[RT_ID_MAX];
+    int n_pending, cap_pending;
 } ClientObject;
 
 static PyTypeObject ClientType;
@@ -210,10 +216,72 @@ static int rt_py__lock(ClientObject *self, int need_open)
     return 0;
 }
 
+static int rt_py__finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* Drop the pending programs (GIL and lock held, the GIL released around
+ * the calls): best effort, a short deadline each, failures ignored (a
+ * program a drop misses goes with the session). Keeps any exception set. */
+static void rt_py__drop_pending(ClientObject *self)
+{
+    if (!self->n_pending)
+        return;
+    rt_client *c = self->c;
+    int n = self->n_pending;
+    self->n_pending = 0;
+    if (!c || !self->has_session || rt_py__finalizing())
+        return;
+    /* the list is this call's now: another thread may add to a new one
+     * while the GIL is released */
+    char(*ids)[RT_ID_MAX] = self->pending;
+    self->pending = NULL;
+    self->cap_pending = 0;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    Py_BEGIN_ALLOW_THREADS for (int i = 0; i < n; i++)
+    {
+        rt_client_next_timeout_ms(c, 2000);
+        rt_client_drop_program(c, self->sid, ids[i]);
+    }
+    Py_END_ALLOW_THREADS PyErr_Restore(et, ev, tb);
+    PyMem_Free(ids);
+}
+
 static void rt_py__unlock(ClientObject *self)
 {
+    rt_py__drop_pending(self);
     self->owner = 0;
     PyThread_release_lock(self->lock);
+}
+
+/* A Program object is gone: its program leaves the daemon now when the
+ * client is free, else when the call holding the client ends. Never
+ * raises, never waits for another thread's call; nothing at interpreter
+ * shutdown or on a closed client (closing the session frees it). */
+static void rt_py__drop_program(ClientObject *self, const char *id)
+{
+    if (!self->c || !self->has_session || !id[0] || rt_py__finalizing())
+        return;
+    if (self->n_pending == self->cap_pending) {
+        int nc = self->cap_pending ? 2 * self->cap_pending : 4;
+        void *v = PyMem_Realloc(self->pending, sizeof *self->pending * (size_t)nc);
+        if (!v)
+            return; /* the session frees it when it closes */
+        self->pending = v;
+        self->cap_pending = nc;
+    }
+    snprintf(self->pending[self->n_pending++], RT_ID_MAX, "%s", id);
+    if (self->owner == PyThread_get_thread_ident() ||
+        !PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
+        return; /* the call holding the lock drops it at its end */
+    self->owner = PyThread_get_thread_ident();
+    rt_py__unlock(self);
 }
 
 /* Keep the last call's timings as a dict (GIL held, lock held). Returns the
@@ -284,6 +352,7 @@ static void Client_dealloc(ClientObject *self)
     if (self->lock)
         PyThread_free_lock(self->lock);
     Py_CLEAR(self->last_timings);
+    PyMem_Free(self->pending);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -952,6 +1021,8 @@ static PyTypeObject ProgramType;
 static void Program_dealloc(ProgramObject *self)
 {
     PyObject_GC_UnTrack(self);
+    if (self->client)
+        rt_py__drop_program(self->client, self->id);
     Py_CLEAR(self->client);
     Py_CLEAR(self->report);
     Py_CLEAR(self->last_timings);
@@ -966,9 +1037,10 @@ static int Program_traverse(ProgramObject *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* The client stays until the dealloc, which drops the program through it
+ * (a client holds no program, so no cycle runs through it). */
 static int Program_clear(ProgramObject *self)
 {
-    Py_CLEAR(self->client);
     Py_CLEAR(self->report);
     Py_CLEAR(self->last_timings);
     return 0;
@@ -1630,8 +1702,8 @@ static PyObject *Program_pull_state(ProgramObject *self, PyObject *unused)
 /* push_state(bytes, new=False) -> global_step: the state loaded into this
  * program in place (it must be a state of this program's model: a
  * FailedPrecondition otherwise), or with new=True resumed as a new program
- * of this session, which this object then is (the one it was stays in the
- * session until it closes). */
+ * of this session, which this object then is (the one it was is dropped
+ * from the daemon). */
 static PyObject *Program_push_state(ProgramObject *self, PyObject *args, PyObject *kw)
 {
     static char *kws[] = {"state", "new", NULL};
@@ -1654,8 +1726,12 @@ static PyObject *Program_push_state(ProgramObject *self, PyObject *args, PyObjec
     Py_END_ALLOW_THREADS PyBuffer_Release(&b);
     PyObject *res = NULL;
     if (rt_py__prog_after(self, rc, 0) == 0) {
-        if (as_new)
+        if (as_new) {
+            /* the one it was goes (at the unlock below): this object was
+             * its only holder */
+            rt_py__drop_program(self->client, self->id);
             snprintf(self->id, sizeof self->id, "%s", id);
+        }
         res = PyLong_FromUnsignedLongLong(in.global_step);
     }
     rt_py__unlock(self->client);
