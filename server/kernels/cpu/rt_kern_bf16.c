@@ -403,7 +403,7 @@ static void rt__bdense_bwd(const rt__kargs *a)
 /* A Conv2D + MaxPool2D with fewer than rt_kern_bf16_f32_k products a sum
  * (KH*KW*C: an RGB or grey first layer) multiplies bf16 values on the
  * float32 fused kernel (rt_kern_conv.c): x and W rounded to bf16 and
- * widened back into the workspace, dz rounded the same way, the products
+ * widened back into scratch, dz rounded the same way, the products
  * exact in float32 and summed in float32 as oneDNN's bf16 primitives sum
  * them, y rounded to bf16 where it is stored so. The numbers are the bf16
  * op's (the definition, rt_ref_bf16.c), up to the order of float32 sums;
