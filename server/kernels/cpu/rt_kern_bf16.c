@@ -425,7 +425,7 @@ typedef struct {
     rt__node f;          /* the node as the float32 kernel sees it */
     const rt__kernel *k; /* the float32 kernel */
     int64_t per, yper, wn, B;
-    int64_t cb; /* samples a chunk: a multiple of 16 */
+    int64_t cb; /* samples a chunk (rt_kern_bf16_f32_chunk) */
     /* scratch offsets, past the float32 kernel's, each a chunk's: x
      * widened; W widened; y float32 (forward) or dy rounded (backward); y
      * widened for a backward that reads it (or -1); db's partials */
@@ -507,9 +507,10 @@ static int rt__bcf_prepare(rt__node *nd, int64_t B, rt__arena *A)
      * widen the bf16 y into its scratch. */
     const int64_t pk = pc->KH * pc->KW;
     const int yw = nd->bf16_out && cv->act == RT__ACT_RELU && (cv->OC % 16 != 0 || pk >= 255);
-    d->cb = rt_kern_bf16_f32_chunk / (d->per + (yw ? 2 : 1) * d->yper) & ~(int64_t)15;
-    if (d->cb < 16)
-        d->cb = 16;
+    /* chunks of about equal size, a multiple of 16 samples */
+    const int64_t unit = d->per + (yw ? 2 : 1) * d->yper;
+    const int64_t nch = (B * unit + rt_kern_bf16_f32_chunk - 1) / rt_kern_bf16_f32_chunk;
+    d->cb = ((B + nch - 1) / nch + 15) & ~(int64_t)15;
     const int64_t c = B < d->cb ? B : d->cb;
     d->xr = rt__ff(d->f.scratch_floats);
     d->wr = d->xr + rt__ff(c * d->per);
