@@ -33,6 +33,7 @@ extern int rt_kern_bf16_col_oc;     /* the same */
 extern int rt_kern_bf16_col_rows;   /* the same */
 extern int rt_kern_bf16_act_store;  /* the same */
 extern int rt_kern_bf16_f32_k;      /* the same */
+extern int rt_kern_bf16_f32_chunk;  /* the same */
 extern int rt_ref_bf16_act_store;   /* the ref backend's emulation of it */
 
 static const double U = 1.0 / 16777216.0; /* float32's unit roundoff */
@@ -329,6 +330,7 @@ static void test_conv(int ks, int cc)
  * pool_first): a depthwise 3x3 conv (group 16) relu with bias there
  * (oneDNN's bf16 depthwise primitives, weights (3,3,1,16)) */
 static int cnn_pw, cnn_dw, cnn_bn, cnn_bin;
+static int64_t cnn_oc1 = 16; /* c1's output channels (pool_first) */
 
 static rt_graph *bncnn(void);
 static rt_graph *bincnn(void);
@@ -340,8 +342,9 @@ static rt_graph *cnn(int pool_first)
     if (cnn_bin)
         return bincnn();
     rt_graph *g = rt_graph_create();
-    const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k1[4] = {3, 3, 2, 16}, b1[1] = {16};
-    const int64_t k2[4] = {3, 3, 16, 16}, w3[2] = {16 * 4 * 4, 4}, b3[1] = {4};
+    const int64_t c1n = pool_first ? cnn_oc1 : 16;
+    const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k1[4] = {3, 3, 2, c1n}, b1[1] = {c1n};
+    const int64_t k2[4] = {3, 3, c1n, 16}, w3[2] = {16 * 4 * 4, 4}, b3[1] = {4};
     REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
     param(g, "c1/k", 4, k1);
     REQUIRE(rt_graph_add_param(g, "c1/b", 1, b1, RT_INIT_ZEROS, 1, NULL) == 0);
@@ -804,27 +807,39 @@ static void test_stem(void)
  * plan's gradients. variant 0: cnn(1), c1 (3x3x2, 18 products) + Relu +
  * MaxPool2D, the first layer (no dx); 1: cnn(0) with the threshold above
  * 144, c2 (3x3x16) + Relu + MaxPool2D after c1, with dx, its output
- * stored bf16 for Flatten. */
+ * stored bf16 for Flatten; 2: variant 0 with 12 channels out of c1, past
+ * the float32 kernel's last 16, whose backward reads y for Relu's mask
+ * (widened from the bf16 y). Relu's mask is y > 0 of the bf16 y on both
+ * paths (bf16 rounds no normal float32 to 0, and denormals flush to zero
+ * inside engine calls), so the float32 plan's masks are the same too.
+ * variants 3 to 5: 0 to 2 in chunks of 16 samples, of a batch of 24. */
 static int64_t fewk_grads(int variant, int prec, int k, const float *x, const int32_t *y, float *gr,
                           int64_t cap, double *loss)
 {
-    const int k0 = rt_kern_bf16_f32_k;
+    const int k0 = rt_kern_bf16_f32_k, ch0 = rt_kern_bf16_f32_chunk;
+    const int nb = variant >= 3 ? 24 : 32;
     rt_kern_bf16_f32_k = k;
-    rt_graph *g = cnn(variant == 0);
+    if (variant >= 3)
+        rt_kern_bf16_f32_chunk = 1; /* the least chunk: 16 samples */
+    variant %= 3;
+    cnn_oc1 = variant == 2 ? 12 : 16;
+    rt_graph *g = cnn(variant != 1);
+    cnn_oc1 = 16;
     rt_train_config cfg;
     cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
     cfg.shuffle = 0;
     rt_plan *p = compile(g, &cfg, 0, NULL);
     REQUIRE(p);
     rt_kern_bf16_f32_k = k0;
+    rt_kern_bf16_f32_chunk = ch0;
     char op[48];
     /* still a bf16 op: its products multiply bf16 values */
     if (prec == RT_PREC_BF16)
-        CHECK(prec_of(p, variant ? "c2" : "c1", op, sizeof op) == RT_PREC_BF16 &&
+        CHECK(prec_of(p, variant == 1 ? "c2" : "c1", op, sizeof op) == RT_PREC_BF16 &&
               !strcmp(op, "Conv2D+MaxPool2D"));
     rt_exec *e;
     REQUIRE(rt_exec_create(p, &e) == 0);
-    REQUIRE(rt_exec_compute_grads(e, &(rt_data){.x = x, .y = y, .y_dtype = RT_I32, .n = 32}, 32,
+    REQUIRE(rt_exec_compute_grads(e, &(rt_data){.x = x, .y = y, .y_dtype = RT_I32, .n = nb}, nb,
                                   loss) == 0);
     const int64_t n = read_vals(p, e, gr, cap, 1);
     rt_exec_destroy(e);
@@ -839,8 +854,8 @@ static void test_fewk(void)
     static float x[32 * 128], g[3][16000];
     static int32_t y[32];
     make_set(x, y, 32);
-    for (int v = 0; v < 2; v++) {
-        const int k = v ? 145 : 32;
+    for (int v = 0; v < 6; v++) {
+        const int k = v % 3 == 1 ? 145 : 32;
         double l[3];
         const int64_t n = fewk_grads(v, RT_PREC_BF16, k, x, y, g[0], 16000, &l[0]);
         REQUIRE(fewk_grads(v, RT_PREC_BF16, 0, x, y, g[1], 16000, &l[1]) == n);

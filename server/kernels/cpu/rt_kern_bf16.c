@@ -403,7 +403,7 @@ static void rt__bdense_bwd(const rt__kargs *a)
 /* A Conv2D + MaxPool2D with fewer than rt_kern_bf16_f32_k products a sum
  * (KH*KW*C: an RGB or grey first layer) multiplies bf16 values on the
  * float32 fused kernel (rt_kern_conv.c): x and W rounded to bf16 and
- * widened back into the workspace, dz rounded the same way, the products
+ * widened back into scratch, dz rounded the same way, the products
  * exact in float32 and summed in float32 as oneDNN's bf16 primitives sum
  * them, y rounded to bf16 where it is stored so. The numbers are the bf16
  * op's (the definition, rt_ref_bf16.c), up to the order of float32 sums;
@@ -425,10 +425,14 @@ typedef struct {
     rt__node f;          /* the node as the float32 kernel sees it */
     const rt__kernel *k; /* the float32 kernel */
     int64_t per, yper, wn, B;
-    int64_t xr, wr, yw; /* workspace offsets: x and W widened, y (or -1) */
-    int64_t yr, part;   /* scratch offsets: y (forward), dy rounded
-                         * (backward); db's partials */
+    int64_t cb; /* samples a chunk (rt_kern_bf16_f32_chunk) */
+    /* scratch offsets, past the float32 kernel's, each a chunk's: x
+     * widened; W widened; y float32 (forward) or dy rounded (backward); y
+     * widened for a backward that reads it (or -1); db's partials */
+    int64_t xr, wr, yr, yw, part;
 } rt__bcf;
+
+int rt_kern_bf16_f32_chunk = 1 << 20;
 
 static int rt__bcf_fits(const rt__node *nd)
 {
@@ -491,67 +495,122 @@ static int rt__bcf_prepare(rt__node *nd, int64_t B, rt__arena *A)
     d->yper = pc->OH * pc->OW * cv->OC;
     d->wn = cv->KH * cv->KW * cv->C * cv->OC;
     d->B = B;
-    d->xr = rt__ff(d->f.ws_floats);
-    d->wr = d->xr + rt__ff(B * d->per);
-    /* y stored bf16: the float32 kernel writes y into the workspace where
-     * Relu's backward reads it (its float32 value, not widened back: one
-     * pass fewer), else into scratch */
-    const int yw = nd->bf16_out && cv->act == RT__ACT_RELU;
-    d->yw = yw ? d->wr + rt__ff(d->wn) : -1;
-    d->yr = rt__ff(d->f.scratch_floats);
-    d->part = d->yr + rt__ff(B * d->yper);
+    /* Only bf16 activations live from the forward call to the backward:
+     * x and W widen again in the backward (cheap next to the products),
+     * the float32 y is the forward's scratch, rounded into the bf16
+     * output. Relu's backward reads the bf16 y (rt__bdz), as the oneDNN
+     * path and the definition do; the float32 kernel's own mask (the
+     * argmax marks a window dead where its float32 maximum is not above
+     * 0) passes the same gradient, as a bf16 y above 0 is a float32 one
+     * above 0. Only where the float32 kernel reads y for the mask (channels
+     * past the last 16, windows of 255 cells or more) does the backward
+     * widen the bf16 y into its scratch. */
+    const int64_t pk = pc->KH * pc->KW;
+    const int yw = nd->bf16_out && cv->act == RT__ACT_RELU && (cv->OC % 16 != 0 || pk >= 255);
+    /* chunks of about equal size, a multiple of 16 samples */
+    const int64_t unit = d->per + (yw ? 2 : 1) * d->yper;
+    const int64_t nch = (B * unit + rt_kern_bf16_f32_chunk - 1) / rt_kern_bf16_f32_chunk;
+    d->cb = ((B + nch - 1) / nch + 15) & ~(int64_t)15;
+    const int64_t c = B < d->cb ? B : d->cb;
+    d->xr = rt__ff(d->f.scratch_floats);
+    d->wr = d->xr + rt__ff(c * d->per);
+    d->yr = d->wr + rt__ff(d->wn);
+    d->yw = yw ? d->yr + rt__ff(c * d->yper) : -1;
+    d->part = (yw ? d->yw : d->yr) + rt__ff(c * d->yper);
     nd->kern = &rt__bcf_pool_kern;
     nd->kdata = d;
-    /* workspace: the float32 kernel's, x and W as bf16 values in float32,
-     * y (above) */
-    nd->ws_floats = d->wr + rt__ff(d->wn) + (yw ? rt__ff(B * d->yper) : 0);
-    /* scratch: the float32 kernel's, y or dy rounded, db's partial sums */
+    /* workspace: the float32 kernel's (the argmax, one byte a pooled value) */
+    nd->ws_floats = d->f.ws_floats;
     nd->scratch_floats = d->part + rt__bdz_part(cv->OC);
     return 0;
 }
 
+/* x from sample s0 on, as it is stored (bf16 or float32) */
+static const void *rt__bcf_x(const rt__kargs *a, const rt__bcf *d, int64_t s0)
+{
+    if (a->nd->bf16_in & 1u)
+        return (const uint16_t *)a->x[0] + s0 * d->per;
+    return a->x[0] + s0 * d->per;
+}
+
+/* chunk by chunk of d->cb samples: x widened, the float32 kernel, y
+ * rounded into the bf16 output */
 static void rt__bcf_fwd(const rt__kargs *a)
 {
     const rt__bcf *d = a->nd->kdata;
     const int64_t n = a->r->n;
     const int by = a->nd->bf16_out;
-    rt__bcf_widen(a->ws + d->xr, a->x[0], (a->nd->bf16_in & 1u) != 0, n * d->per);
-    rt__bcf_widen(a->ws + d->wr, a->x[1], 0, d->wn);
+    rt__bcf_widen(a->scratch + d->wr, a->x[1], 0, d->wn);
+    rt__run r = *a->r;
     rt__kargs f = *a;
     f.nd = &d->f;
-    f.x[0] = a->ws + d->xr;
-    f.x[1] = a->ws + d->wr;
-    if (by)
-        f.y = d->yw >= 0 ? a->ws + d->yw : a->scratch + d->yr;
-    d->k->fwd(&f);
-    if (by)
-        rt_kern_to_bf16((uint16_t *)a->y, f.y, n * d->yper);
+    f.r = &r;
+    f.x[0] = a->scratch + d->xr;
+    f.x[1] = a->scratch + d->wr;
+    for (int64_t s0 = 0; s0 < n; s0 += d->cb) {
+        const int64_t nb = n - s0 < d->cb ? n - s0 : d->cb, yo = s0 * d->yper;
+        r.n = nb;
+        rt__bcf_widen(a->scratch + d->xr, rt__bcf_x(a, d, s0), (a->nd->bf16_in & 1u) != 0,
+                      nb * d->per);
+        f.y = by ? a->scratch + d->yr : a->y + yo;
+        f.ws = a->ws + yo / 4; /* the chunk's argmax bytes */
+        d->k->fwd(&f);
+        if (by)
+            rt_kern_to_bf16((uint16_t *)a->y + yo, f.y, nb * d->yper);
+    }
 }
 
+/* Chunk by chunk of d->cb samples, so that the scratch the backward adds
+ * (x, dy and, where read, y widened) stays small next to the
+ * activations: dz rounded (Relu's mask from y as stored: the float32
+ * kernel's own mask, the argmax's dead marks, passes the same), db from
+ * the float32 values, then the float32 kernel's backward on the chunk, dW
+ * added over the chunks. */
 static void rt__bcf_bwd(const rt__kargs *a)
 {
     const rt__bcf *d = a->nd->kdata;
     const rt__conv_params *cv = rt__conv_cp(a->nd);
+    const int64_t n = a->r->n, OC = cv->OC, per = d->per, yper = d->yper;
+    const int by = a->nd->bf16_out, bx = (a->nd->bf16_in & 1u) != 0;
     float *dyr = a->scratch + d->yr;
-    /* the pooled gradient rounded (Relu's mask applied: the float32
-     * kernel applies it again, to the same effect) and db from the
-     * float32 values, Relu's y read float32 */
-    const float *y = a->nd->bf16_out ? (d->yw >= 0 ? a->ws + d->yw : NULL) : a->y;
-    const int64_t rows = a->r->n * d->yper / cv->OC;
-    rt__bdz(cv->act, NULL, dyr, cv->bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy, y, 0, rows,
-            cv->OC, rows, a->scratch + d->part);
-    if (!a->dx[0] && !a->dx[1])
-        return;
+    const int grads = a->dx[0] || a->dx[1];
+    if (grads)
+        rt__bcf_widen(a->scratch + d->wr, a->x[1], 0, d->wn);
+    rt__run r = *a->r;
     rt__kargs f = *a;
     f.nd = &d->f;
-    f.x[0] = a->ws + d->xr;
-    f.x[1] = a->ws + d->wr;
-    if (a->nd->bf16_out) /* Relu's float32 y; without Relu y is not read */
-        f.y = d->yw >= 0 ? a->ws + d->yw : dyr;
+    f.r = &r;
+    f.x[1] = a->scratch + d->wr;
+    f.x[0] = a->scratch + d->xr;
     f.dy = dyr;
-    f.dx[2] = NULL; /* db above, from the float32 dz */
-    f.accum &= ~4u;
-    d->k->bwd(&f);
+    f.dx[2] = NULL; /* db from the float32 dz, in rt__bdz */
+    unsigned acc = a->accum;
+    for (int64_t s0 = 0; s0 < n; s0 += d->cb) {
+        const int64_t nb = n - s0 < d->cb ? n - s0 : d->cb, rows = nb * yper / OC;
+        const int64_t yo = s0 * yper;
+        const void *y = by ? (const void *)((const uint16_t *)a->y + yo) : a->y + yo;
+        rt__bdz(cv->act, NULL, dyr, cv->bias ? a->dx[2] : NULL, (acc & 4u) != 0, a->dy + yo, y, by,
+                rows, OC, rows, a->scratch + d->part);
+        if (!grads) {
+            acc |= 4u;
+            continue;
+        }
+        r.n = nb;
+        if (a->dx[1])
+            rt__bcf_widen(a->scratch + d->xr, rt__bcf_x(a, d, s0), bx, nb * per);
+        if (a->dx[0])
+            f.dx[0] = a->dx[0] + s0 * per;
+        /* the chunk's argmax bytes: s0 is a multiple of 16 */
+        f.ws = a->ws + s0 * yper / 4;
+        if (d->yw >= 0)
+            rt_kern_from_bf16(a->scratch + d->yw, (const uint16_t *)y, nb * yper);
+        /* Relu's y: the widened copy, or unread (without Relu, or with the
+         * argmax's dead marks alone) */
+        f.y = d->yw >= 0 ? a->scratch + d->yw : by ? dyr : a->y + yo;
+        f.accum = (acc & ~4u) | (s0 > 0 ? 2u : 0u);
+        d->k->bwd(&f);
+        acc |= 4u;
+    }
 }
 
 /* --------------------------------------------------------------- Conv2D */

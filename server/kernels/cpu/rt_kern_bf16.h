@@ -48,6 +48,14 @@ extern int rt_kern_bf16_conv_min_c;
  * compile. */
 extern int rt_kern_bf16_f32_k;
 
+/* That path runs a batch in chunks of about equal size, a multiple of 16
+ * samples, as few as keep the floats of a chunk's x and y widened to
+ * float32 (y twice where the backward reads it) at this many (2^20, 4 MiB)
+ * before the rounding up to 16, so that its scratch stays small next to
+ * the bf16 activations. Read at compile; the tests lower it to run several
+ * chunks and a partial one. */
+extern int rt_kern_bf16_f32_chunk;
+
 /* Conv2D + MaxPool2D in bf16 runs its forward in chunks of samples whose
  * pre-pool values (float32) number at most this (at least one sample):
  * 2^18, 1 MiB, one core's L2 with the primitive's scratchpad. Read at
