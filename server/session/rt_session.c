@@ -307,7 +307,9 @@ int rt_session_remove_program(rt_session *s, rt_program *p) { return unlist(s, p
 /* the caller still holds its own reference */
 int rt_session_drop_program(rt_session *s, rt_program *p) { return unlist(s, p, 1); }
 
-rt_program *rt_session_get_program(rt_session *s, const char *id)
+/* the session's program named id, with a reference taken for the caller
+ * when ref is set */
+static rt_program *lookup(rt_session *s, const char *id, int ref)
 {
     rt_program *p = NULL;
     if (!id)
@@ -316,27 +318,17 @@ rt_program *rt_session_get_program(rt_session *s, const char *id)
     for (int i = 0; i < s->n_progs; i++)
         if (strcmp(s->progs[i]->id, id) == 0) {
             p = s->progs[i];
-            __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+            if (ref)
+                __atomic_add_fetch(&p->refs, 1, __ATOMIC_RELAXED);
             break;
         }
     pthread_mutex_unlock(&s->mu);
     return p;
 }
 
-rt_program *rt_session_find_program(rt_session *s, const char *id)
-{
-    rt_program *p = NULL;
-    if (!id)
-        return NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_progs; i++)
-        if (strcmp(s->progs[i]->id, id) == 0) {
-            p = s->progs[i];
-            break;
-        }
-    pthread_mutex_unlock(&s->mu);
-    return p;
-}
+rt_program *rt_session_get_program(rt_session *s, const char *id) { return lookup(s, id, 1); }
+
+rt_program *rt_session_find_program(rt_session *s, const char *id) { return lookup(s, id, 0); }
 
 int rt_session_lookup(rt_session_table *t, const rt_principal *who, const char *sid,
                       const char *pid, rt_session **sess, rt_program **prog, char *err,
