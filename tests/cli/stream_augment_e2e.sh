@@ -35,7 +35,7 @@ daemon whole
 FIT=(fit --model "$src/tests/data/cnn16.json" --image-size 16x16 --data "$tmp/imgs/train"
      --loss sparse_categorical_crossentropy --optimizer sgd --lr 0.05 --batch-size 8
      --epochs 2 --seed 11 --no-progress)
-AUG=(--augment flip,crop=2,brightness=0.2,contrast=0.3)
+AUG=(--augment "flip,crop=2,brightness=0.2,contrast=0.3")
 run() { # run NAME OUT ARGS...
   local name=$1 out=$2; shift 2
   expect_rc 0 "$name" -- "$rtrain" "${FIT[@]}" "$@" --save-weights "$tmp/$out.bin"
