@@ -174,6 +174,7 @@ static void call_free(rt_call *c)
 {
     if (c->st_free && c->st)
         c->st_free(c->st);
+    rt_program_release(c->prog); /* before its session's, as rt__call_free */
     rt_session_release(c->sess);
     rt_dataset_release(c->ds);
     rt_dataset_release(c->val_ds);
