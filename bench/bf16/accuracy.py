@@ -31,7 +31,11 @@ The workloads (docs/workloads.md):
              training images, 5 epochs, the 10,000 test images; Adam
              1e-3, batch 256.
   ResNet-18  bench/onnx/models.py's CIFAR ResNet-18 (ONNX, BatchNorm in
-             training mode), SGD lr 0.05 momentum 0.9, batch 64, on the
+             training mode), SGD lr 0.05 momentum 0.9 (with
+             --resnet-cosine: the rate falls to 0 over the run by
+             CosineDecay, so the last epoch's weights settle and the
+             per-seed difference is less the last steps' noise), batch 64,
+             on the
              first --resnet-train (2,500) CIFAR-10 training images
              (balanced per class), 2 epochs, the first --resnet-test
              (2,000) test images: a loaded 2-core machine ran one such
@@ -219,6 +223,8 @@ def main():
     ap.add_argument("--resnet-train", type=int, default=2500)
     ap.add_argument("--resnet-epochs", type=int, default=2)
     ap.add_argument("--resnet-test", type=int, default=2000)
+    ap.add_argument("--resnet-cosine", action="store_true",
+                    help="ResNet-18's rate: CosineDecay from 0.05 to 0 over the run's steps")
     ap.add_argument("--omp-threads", type=int, default=0,
                     help="the daemon's OMP_NUM_THREADS (0: as the environment has it)")
     ap.add_argument("--quick", action="store_true",
@@ -325,9 +331,13 @@ def runs(a, daemon, rtrain, O):
             # the first n/10 images of each class (in the shuffled order)
             pick = np.sort(np.concatenate([np.flatnonzero(ytr == c)[:n // 10] for c in range(10)]))
             xtr, xte = nchw_standardized(xtr8[pick], xte8[:nte])
-            run("ResNet-18", "CIFAR-10 %d / %d" % (len(pick), nte),
-                1 if q else a.resnet_epochs, [(xtr, ytr[pick], xte, yte[:nte])], resnet_onnx,
-                lambda: O.SGD(0.05, momentum=0.9), logits, 64)
+            ep = 1 if q else a.resnet_epochs
+            steps = ep * -(-len(pick) // 64)
+            rate = O.CosineDecay(0.05, steps) if a.resnet_cosine else 0.05
+            run("ResNet-18", "CIFAR-10 %d / %d%s" % (len(pick), nte, ", cosine" if a.resnet_cosine
+                                                     else ""),
+                ep, [(xtr, ytr[pick], xte, yte[:nte])], resnet_onnx,
+                lambda: O.SGD(rate, momentum=0.9), logits, 64)
     print("load at the end %s" % open("/proc/loadavg").read().split()[:3], flush=True)
 
 
