@@ -166,7 +166,9 @@ class Daemon:
         env = dict(os.environ)
         if omp_threads:
             env["OMP_NUM_THREADS"] = str(omp_threads)
-        self.proc = subprocess.Popen([exe, "--listen", "127.0.0.1:0", "--log-level", "warn"],
+        # no compile budget: beside other work a ResNet-18 compile can take minutes
+        self.proc = subprocess.Popen([exe, "--listen", "127.0.0.1:0", "--log-level", "warn",
+                                      "--compile-timeout", "0"],
                                      env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
