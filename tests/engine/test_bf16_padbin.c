@@ -294,6 +294,19 @@ static void bn_close(bncall *b)
     free(b->ws);
 }
 
+/* a BatchNorm node over xs (channels last) with ac fused (its
+ * parameters in fp) */
+static rt__node bn_node(rt__shape *xs, rt__op_params *fp, const bnact *ac)
+{
+    memset(fp, 0, sizeof *fp);
+    fp->unary = ac->u;
+    rt__node nd = {.op = &rt__op_batchnorm, .n_in = 5, .fused = ac->op, .out = *xs};
+    nd.in_shape[0] = xs;
+    nd.fused_p = fp;
+    nd.p.bn = (rt__bn_params){.C = xs->d[2], .momentum = 0.99, .eps = 1e-3};
+    return nd;
+}
+
 /* the backward's outputs before a call: overwritten or added to */
 static void bn_fill(float *dx, float *dg, float *db, int64_t nx, int64_t C, int add)
 {
@@ -315,12 +328,7 @@ static void check_bn_act(int64_t n, int64_t H, int64_t W, int64_t C, const bnact
 {
     rt__shape xs = {.ndim = 3, .batched = 1, .d = {H, W, C}};
     rt__op_params fp;
-    memset(&fp, 0, sizeof fp);
-    fp.unary = ac->u;
-    rt__node nd = {.op = &rt__op_batchnorm, .n_in = 5, .fused = ac->op, .out = xs};
-    nd.in_shape[0] = &xs;
-    nd.fused_p = &fp;
-    nd.p.bn = (rt__bn_params){.C = C, .momentum = 0.99, .eps = 1e-3};
+    const rt__node nd = bn_node(&xs, &fp, ac);
     rt__node plain = nd, act = {.op = ac->op, .n_in = 1, .out = xs};
     plain.fused = NULL, plain.fused_p = NULL;
     act.in_shape[0] = &xs;
@@ -417,12 +425,7 @@ static void check_bn_fd(const bnact *ac)
     const int64_t n = 2, H = 3, W = 5, C = 4, nx = n * H * W * C;
     rt__shape xs = {.ndim = 3, .batched = 1, .d = {H, W, C}};
     rt__op_params fp;
-    memset(&fp, 0, sizeof fp);
-    fp.unary = ac->u;
-    rt__node nd = {.op = &rt__op_batchnorm, .n_in = 5, .fused = ac->op, .out = xs};
-    nd.in_shape[0] = &xs;
-    nd.fused_p = &fp;
-    nd.p.bn = (rt__bn_params){.C = C, .momentum = 0.99, .eps = 1e-3};
+    const rt__node nd = bn_node(&xs, &fp, ac);
     bncall b;
     bn_open(&b, rt_kern_bf16_kernel(&nd, ac->op), &nd, n, 0);
     for (int64_t c = 0; c < C; c++)
