@@ -1340,6 +1340,11 @@ static int rt__pass_fuse(rt__cc *cc)
         pn->fused = nd->op;
         pn->out = nd->out;
         pn->bwd_needs_out |= nd->op->bwd_needs_out;
+        /* a BatchNorm's fused activation (Relu, Clip, KerasRelu) takes
+         * its gradient's mask off the fused output: the reader's input
+         * (BatchNorm's own output) is not kept */
+        if (pn->op == &rt__op_batchnorm)
+            pn->bwd_needs_out = 1;
         cc->shape[E[src].alias] = pn->out;
         E[nd->id].alias = E[src].alias;
         E[nd->id].needed = 0;

@@ -701,8 +701,9 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
     if (rt_kern_bf16_act_store)
         want += 1u + !strcmp(be, "ref");
     if (cnn_bn) /* BatchNorm, the activations, Pad, AvgPool2D, Flatten; cpu
-                 * runs bn3 + r3 and bn4 + r4 as one node each */
-        want = rt_kern_bf16_act_store ? (strcmp(be, "ref") ? 14u : 16u) : 5u;
+                 * runs each BatchNorm and its activation (Clip, Keras'
+                 * ReLU6, Relu) as one node */
+        want = rt_kern_bf16_act_store ? (strcmp(be, "ref") ? 12u : 16u) : 5u;
     if (cnn_bin) /* every node but the Softmax; ref's MaxPool2D apart */
         want = rt_kern_bf16_act_store ? 10u + !strcmp(be, "ref") : 3u;
     CHECKF(rt_plan_report(p)->n_bf16 == (prec == RT_PREC_BF16 ? want : 0u), "%s: %u bf16 ops, want %u", be, rt_plan_report(p)->n_bf16, prec == RT_PREC_BF16 ? want : 0u);
@@ -1119,18 +1120,26 @@ static void test_store(void)
     CHECK(a_on < a_off);
     CHECK(a_on < a32);
     char op[48];
-    static const char *const bf16_nodes[] = {"c1", "bn1", "r1", "pw", "bn2", "r2",
-                                             "dw", "bn3", "c2", "bn4", "fc"};
+    static const char *const bf16_nodes[] = {"c1", "bn1", "pw", "bn2", "dw",
+                                             "bn3", "c2", "bn4", "fc"};
     for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
         CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
-    /* BatchNorm + Relu: one node, one pass each way */
-    CHECK(prec_of(on, "r3", op, sizeof op) == -1 && prec_of(on, "r4", op, sizeof op) == -1);
-    CHECK(prec_of(on, "bn4", op, sizeof op) == RT_PREC_BF16 && strstr(op, "Relu"));
+    /* BatchNorm + Relu, + Clip [0, 6], + ReLU(max_value=6): one node, one
+     * pass each way */
+    static const char *const acts[4][2] = {
+        {"r1", "Clip"}, {"r2", "KerasRelu"}, {"r3", "Relu"}, {"r4", "Relu"}};
+    for (int i = 0; i < 4; i++) {
+        const char bn[4] = {'b', 'n', (char)('1' + i), 0};
+        CHECKF(prec_of(on, acts[i][0], op, sizeof op) == -1, "%s", acts[i][0]);
+        CHECKF(prec_of(on, bn, op, sizeof op) == RT_PREC_BF16 && strstr(op, acts[i][1]), "%s %s",
+               bn, op);
+    }
     CHECK(prec_of(on, "pad", op, sizeof op) == RT_PREC_BF16);
     CHECK(prec_of(on, "mp", op, sizeof op) == RT_PREC_BF16);
     CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
     CHECK(prec_of(off, "bn1", op, sizeof op) == RT_PREC_F32); /* nothing stored bf16 */
-    CHECK(prec_of(off, "r1", op, sizeof op) == RT_PREC_F32);
+    CHECK(prec_of(off, "r1", op, sizeof op) == -1 && prec_of(off, "bn1", op, sizeof op) ==
+                                                         RT_PREC_F32 && strstr(op, "Clip"));
     CHECK(rt_plan_report(off)->n_bf16 == 5);
     rt_plan_release(on);
     rt_plan_release(off);

@@ -16,6 +16,11 @@
  * (B,1,1,C) operand, a (B,H,1,1) one, an operand broadcast along the
  * last dim, an unbatched (float32) operand whose gradient sums over the
  * batch, and the flat case (both of the output's shape).
+ *
+ * BatchNorm with a Relu, a Clip or Keras' ReLU(max_value) fused: against
+ * the unfused pair bit for bit (bf16 and float32 storage), bf16 against
+ * float32 storage of the rounded values, and the fused clip's gradient
+ * against central differences.
  */
 #include "../engine/rt_test.h"
 #include "cpu/rt_kern_bf16.h"
@@ -233,44 +238,157 @@ static void check_bin(int64_t n, rt__shape s0, rt__shape s1, rt__shape out)
            s1.batched ? "" : " unbatched");
 }
 
-/* ------------------------------------------------------ BatchNorm + Relu */
+/* ------------------------------------------- BatchNorm + Relu / Clip */
 
-/* The bf16 table's BatchNorm + Relu with x and y stored bf16 against the
- * same kernel with both float32 holding the rounded x and the bf16 y
- * widened: the forward's y rounded once, the backward's dx, dgamma and
- * dbeta bit for bit, overwriting (dx's rows hold the masked dy between
- * its passes) and adding. */
-static void check_bn_relu(int64_t n, int64_t H, int64_t W, int64_t C)
+/* an activation the bf16 table fuses into BatchNorm: the reader's op and
+ * parameters (op_act.c's: Clip alpha = min, beta = max; KerasRelu alpha =
+ * negative_slope, beta = threshold, gamma = max_value) */
+typedef struct {
+    const char *name;
+    const rt__op_def *op;
+    rt__unary_params u;
+} bnact;
+
+static float zf[CAP], dzf[CAP];
+static uint16_t zh[2][CAP];
+static float gam[256], bet[256], mm[256], mv[256];
+
+/* a BatchNorm node's call: forward, or backward of dy d into dx, dg, db
+ * (accum's bits); x (xb[0] or xr[0]) and y stored bf16 where v */
+typedef struct {
+    const rt__kernel *k;
+    rt__node nd;
+    float *scratch, *ws;
+} bncall;
+
+static void bn_open(bncall *b, const rt__kernel *k, const rt__node *nd, int64_t n, int v)
+{
+    REQUIRE(k && k->prepare);
+    static rt__arena A;
+    b->k = k, b->nd = *nd;
+    b->nd.bf16_in = (unsigned)v, b->nd.bf16_out = v;
+    REQUIRE(k->prepare(&b->nd, n, &A) == 0);
+    b->scratch = calloc((size_t)b->nd.scratch_floats, sizeof(float));
+    b->ws = calloc((size_t)b->nd.ws_floats, sizeof(float));
+    REQUIRE(b->scratch && b->ws);
+}
+
+static void bn_run(bncall *b, const rt__run *r, int v, void *y, float *d, float *dx,
+                   float *dg, float *db, unsigned accum)
+{
+    rt__kargs a = {.nd = &b->nd, .r = r, .scratch = b->scratch, .ws = b->ws, .y = y};
+    a.x[0] = v ? (float *)(void *)xb[0] : xr[0];
+    a.x[1] = gam, a.x[2] = bet, a.x[3] = mm, a.x[4] = mv;
+    if (!d) {
+        b->k->fwd(&a);
+        return;
+    }
+    a.dy = d, a.accum = accum;
+    a.dx[0] = dx, a.dx[1] = dg, a.dx[2] = db;
+    b->k->bwd(&a);
+}
+
+static void bn_close(bncall *b)
+{
+    free(b->scratch);
+    free(b->ws);
+}
+
+/* a BatchNorm node over xs (channels last) with ac fused (its
+ * parameters in fp) */
+static rt__node bn_node(rt__shape *xs, rt__op_params *fp, const bnact *ac)
+{
+    memset(fp, 0, sizeof *fp);
+    fp->unary = ac->u;
+    rt__node nd = {.op = &rt__op_batchnorm, .n_in = 5, .fused = ac->op, .out = *xs};
+    nd.in_shape[0] = xs;
+    nd.fused_p = fp;
+    nd.p.bn = (rt__bn_params){.C = xs->d[2], .momentum = 0.99, .eps = 1e-3};
+    return nd;
+}
+
+/* the backward's outputs before a call: overwritten or added to */
+static void bn_fill(float *dx, float *dg, float *db, int64_t nx, int64_t C, int add)
+{
+    for (int64_t i = 0; i < nx; i++)
+        dx[i] = add ? (float)i * 0.001f : -7.0f;
+    for (int64_t c = 0; c < C; c++)
+        dg[c] = db[c] = add ? 0.5f : -7.0f;
+}
+
+/* The bf16 table's BatchNorm + activation (Relu, Clip, Keras' ReLU), one
+ * node: with x and y stored bf16 and with both float32, against the
+ * unfused pair (BatchNorm, then the activation's own kernel: the bf16
+ * table's on bf16 storage, the float32 table's on float32), forward y and
+ * backward dx, dgamma, dbeta bit for bit, overwriting (dx's rows hold the
+ * masked dy between its passes) and adding; and the bf16 node against
+ * itself with float32 storage holding the rounded x and the bf16 y
+ * widened (y rounded once, the backward bit for bit). */
+static void check_bn_act(int64_t n, int64_t H, int64_t W, int64_t C, const bnact *ac)
 {
     rt__shape xs = {.ndim = 3, .batched = 1, .d = {H, W, C}};
-    rt__node nd = {.op = &rt__op_batchnorm, .n_in = 5, .fused = &rt__op_relu, .out = xs};
-    nd.in_shape[0] = &xs;
-    nd.p.bn = (rt__bn_params){.C = C, .momentum = 0.99, .eps = 1e-3};
-    const rt__kernel *k = rt_kern_bf16_kernel(&nd, &rt__op_relu);
-    REQUIRE(k && k->prepare);
-    rt__arena A = {0};
-    nd.bf16_in = 1u, nd.bf16_out = 1;
-    REQUIRE(k->prepare(&nd, n, &A) == 0);
+    rt__op_params fp;
+    const rt__node nd = bn_node(&xs, &fp, ac);
+    rt__node plain = nd, act = {.op = ac->op, .n_in = 1, .out = xs};
+    plain.fused = NULL, plain.fused_p = NULL;
+    act.in_shape[0] = &xs;
+    act.p.unary = ac->u;
+    const rt__kernel *k = rt_kern_bf16_kernel(&nd, ac->op);
+    REQUIRE(k && (!k->can_fuse || k->can_fuse(&plain, &act)));
     const int64_t nx = n * H * W * C;
-    REQUIRE(nx <= CAP);
-    static float gam[256], bet[256], mm[256], mv[256], dg[2][256], db[2][256];
-    REQUIRE(C <= 256);
-    float *scratch = calloc((size_t)nd.scratch_floats, sizeof(float));
-    REQUIRE(scratch);
+    REQUIRE(nx <= CAP && C <= 256);
+    /* gamma up to about 4: some outputs past 6 */
     for (int64_t c = 0; c < C; c++)
-        gam[c] = 1.0f + 0.3f * normal(), bet[c] = 0.2f * normal(), mm[c] = 0, mv[c] = 1;
+        gam[c] = 1.0f + 1.5f * fabsf(normal()), bet[c] = 0.5f * normal(), mm[c] = 0, mv[c] = 1;
     for (int64_t i = 0; i < nx; i++)
         xr[0][i] = bf(normal() * 1.5f + 0.3f), xb[0][i] = bits(xr[0][i]), dy[i] = normal();
     const rt__run r = {.n = n, .training = 1};
-    /* the forward: bf16 y against float32's rounded */
+    static float dg[3][256], db[3][256];
+    const float hi = ac->op == &rt__op_clip ? ac->u.beta : ac->u.gamma;
+    int64_t clipped = 0; /* outputs at the upper bound */
     for (int v = 0; v < 2; v++) {
-        rt__node n2 = nd;
-        n2.bf16_in = (unsigned)v, n2.bf16_out = v;
-        rt__kargs a = {.nd = &n2, .r = &r, .scratch = scratch};
-        a.x[0] = v ? (float *)(void *)xb[0] : xr[0];
-        a.x[1] = gam, a.x[2] = bet, a.x[3] = mm, a.x[4] = mv;
-        a.y = v ? (float *)(void *)yb : y32;
-        k->fwd(&a);
+        /* fused and unfused */
+        bncall f, u;
+        bn_open(&f, k, &nd, n, v);
+        bn_open(&u, v ? rt_kern_bf16_kernel(&plain, NULL) : rt_kern_cpu_f32_kernel(plain.op, NULL),
+                &plain, n, v);
+        rt__node an = act;
+        an.bf16_in = (unsigned)v, an.bf16_out = v;
+        const rt__kernel *ka = v ? rt_kern_bf16_kernel(&an, NULL) : rt_kern_cpu_f32_kernel(an.op, NULL);
+        REQUIRE(ka);
+        void *yf = v ? (void *)yb : (void *)y32, *yu = v ? (void *)zh[0] : (void *)yv;
+        void *z = v ? (void *)zh[1] : (void *)zf; /* BatchNorm's own y, unfused */
+        bn_run(&f, &r, v, yf, NULL, NULL, NULL, NULL, 0);
+        bn_run(&u, &r, v, z, NULL, NULL, NULL, NULL, 0);
+        rt__kargs aa = {.nd = &an, .r = &r, .y = yu};
+        aa.x[0] = z;
+        ka->fwd(&aa);
+        CHECKF(!memcmp(yf, yu, (size_t)nx * (v ? 2 : 4)),
+               "BatchNorm+%s C=%lld v=%d forward: fused differs from unfused", ac->name,
+               (long long)C, v);
+        for (int64_t i = 0; i < nx; i++)
+            clipped += ac->op != &rt__op_relu && (v ? widen(yb[i]) : y32[i]) == hi;
+        for (int add = 0; add < 2; add++) {
+            bn_fill(dxa, dg[0], db[0], nx, C, add);
+            bn_fill(dxb, dg[1], db[1], nx, C, add);
+            bn_run(&f, &r, v, yf, dy, dxa, dg[0], db[0], add ? 7u : 0u);
+            aa.dy = dy, aa.dx[0] = dzf, aa.accum = 0;
+            ka->bwd(&aa);
+            bn_run(&u, &r, v, z, dzf, dxb, dg[1], db[1], add ? 7u : 0u);
+            CHECKF(!memcmp(dxa, dxb, sizeof(float) * (size_t)nx) &&
+                       !memcmp(dg[0], dg[1], sizeof(float) * (size_t)C) &&
+                       !memcmp(db[0], db[1], sizeof(float) * (size_t)C),
+                   "BatchNorm+%s C=%lld v=%d backward add=%d: fused differs from unfused",
+                   ac->name, (long long)C, v, add);
+        }
+        bn_close(&f);
+        bn_close(&u);
+    }
+    /* bf16 storage against float32 storage of the rounded values */
+    bncall b[2];
+    for (int v = 0; v < 2; v++) {
+        bn_open(&b[v], k, &nd, n, v);
+        bn_run(&b[v], &r, v, v ? (void *)yb : (void *)y32, NULL, NULL, NULL, NULL, 0);
     }
     int64_t bad = 0;
     for (int64_t i = 0; i < nx; i++) {
@@ -278,34 +396,83 @@ static void check_bn_relu(int64_t n, int64_t H, int64_t W, int64_t C)
         bad += bits(want) != yb[i] || want != widen(yb[i]);
         yv[i] = widen(yb[i]);
     }
-    CHECKF(bad == 0, "BatchNorm+Relu C=%lld forward: %lld of %lld y differ", (long long)C,
-           (long long)bad, (long long)nx);
+    CHECKF(bad == 0, "BatchNorm+%s C=%lld forward: %lld of %lld y differ", ac->name,
+           (long long)C, (long long)bad, (long long)nx);
     for (int add = 0; add < 2; add++) {
         for (int v = 0; v < 2; v++) {
-            float *dx = v ? dxb : dxa;
-            for (int64_t i = 0; i < nx; i++)
-                dx[i] = add ? (float)i * 0.001f : -7.0f;
-            for (int64_t c = 0; c < C; c++)
-                dg[v][c] = db[v][c] = add ? 0.5f : -7.0f;
-            rt__node n2 = nd;
-            n2.bf16_in = (unsigned)v, n2.bf16_out = v;
-            rt__kargs a = {.nd = &n2, .r = &r, .dy = dy, .scratch = scratch};
-            a.x[0] = v ? (float *)(void *)xb[0] : xr[0];
-            a.x[1] = gam, a.x[2] = bet, a.x[3] = mm, a.x[4] = mv;
-            a.y = v ? (float *)(void *)yb : yv;
-            a.dx[0] = dx, a.dx[1] = dg[v], a.dx[2] = db[v];
-            a.accum = add ? 7u : 0u;
-            k->bwd(&a);
+            bn_fill(v ? dxb : dxa, dg[v], db[v], nx, C, add);
+            bn_run(&b[v], &r, v, v ? (void *)yb : (void *)yv, dy, v ? dxb : dxa, dg[v], db[v],
+                   add ? 7u : 0u);
         }
         CHECKF(!memcmp(dxa, dxb, sizeof(float) * (size_t)nx) &&
                    !memcmp(dg[0], dg[1], sizeof(float) * (size_t)C) &&
                    !memcmp(db[0], db[1], sizeof(float) * (size_t)C),
-               "BatchNorm+Relu C=%lld backward add=%d", (long long)C, add);
+               "BatchNorm+%s C=%lld backward add=%d", ac->name, (long long)C, add);
     }
-    free(scratch);
-    rt__arena_free(&A);
-    printf("BatchNorm+Relu %lldx%lldx%lldx%lld: bf16 as float32\n", (long long)n, (long long)H,
-           (long long)W, (long long)C);
+    bn_close(&b[0]);
+    bn_close(&b[1]);
+    CHECK(ac->op == &rt__op_relu || nx < 1000 || clipped > 0);
+    printf("BatchNorm+%s %lldx%lldx%lldx%lld (%lld outputs at the upper bound): fused as "
+           "unfused, bf16 as float32\n",
+           ac->name, (long long)n, (long long)H, (long long)W, (long long)C, (long long)clipped);
+}
+
+/* The fused clip's gradient against central differences of L = sum w y
+ * (float32 storage, the kernel's own forward): dx and dgamma, each
+ * coordinate whose perturbation moves no output across a bound */
+static void check_bn_fd(const bnact *ac)
+{
+    const int64_t n = 2, H = 3, W = 5, C = 4, nx = n * H * W * C;
+    rt__shape xs = {.ndim = 3, .batched = 1, .d = {H, W, C}};
+    rt__op_params fp;
+    const rt__node nd = bn_node(&xs, &fp, ac);
+    bncall b;
+    bn_open(&b, rt_kern_bf16_kernel(&nd, ac->op), &nd, n, 0);
+    for (int64_t c = 0; c < C; c++)
+        gam[c] = 2.0f + fabsf(normal()), bet[c] = 1.0f + normal(), mm[c] = 0, mv[c] = 1;
+    for (int64_t i = 0; i < nx; i++)
+        xr[0][i] = normal() * 1.5f, dy[i] = normal();
+    const rt__run r = {.n = n, .training = 1};
+    static float dg[256], db[256];
+    bn_run(&b, &r, 0, y32, NULL, NULL, NULL, NULL, 0);
+    bn_run(&b, &r, 0, y32, dy, dxa, dg, db, 0);
+    const float lo = ac->op == &rt__op_clip ? ac->u.alpha : 0.0f;
+    const float hi = ac->op == &rt__op_clip ? ac->u.beta : ac->u.gamma;
+    int64_t inside = 0;
+    for (int64_t i = 0; i < nx; i++)
+        inside += y32[i] > lo && y32[i] < hi;
+    double big = 0, err = 0;
+    int checked = 0;
+    const double h = 1e-2;
+    for (int64_t j = 0; j < nx + C; j++) {
+        float *p = j < nx ? &xr[0][j] : &gam[j - nx];
+        const float p0 = *p;
+        double L[2];
+        int crossed = 0;
+        for (int s = 0; s < 2; s++) {
+            *p = (float)(p0 + (s ? h : -h));
+            bn_run(&b, &r, 0, yv, NULL, NULL, NULL, NULL, 0);
+            L[s] = 0;
+            for (int64_t i = 0; i < nx; i++) {
+                L[s] += (double)dy[i] * yv[i];
+                crossed |= (y32[i] > lo && y32[i] < hi) != (yv[i] > lo && yv[i] < hi);
+            }
+        }
+        *p = p0;
+        if (crossed)
+            continue;
+        const double fd = (L[1] - L[0]) / (2 * h), an = j < nx ? dxa[j] : dg[j - nx];
+        big = fmax(big, fabs(an));
+        err = fmax(err, fabs(fd - an));
+        checked++;
+    }
+    bn_close(&b);
+    printf("BatchNorm+%s gradient vs central differences: %d of %lld checked, %lld outputs "
+           "inside (%g, %g), max error %.3g of %.3g\n",
+           ac->name, checked, (long long)(nx + C), (long long)inside, (double)lo, (double)hi, err,
+           big);
+    CHECK(checked > (nx + C) / 2 && inside > nx / 4 && inside < nx * 3 / 4);
+    CHECK(err <= 2e-3 * big);
 }
 
 static rt__shape shp(int batched, int ndim, int64_t d0, int64_t d1, int64_t d2)
@@ -336,8 +503,32 @@ int main(void)
         /* flat */
         check_bin(n, full, full, full);
     }
-    check_bn_relu(2, 3, 5, 32);
-    check_bn_relu(12, 28, 28, 32); /* 301056 values: the threads */
+    /* Relu, Keras' ReLU(max_value=6), Clip [0, 6] (ReLU6) and [-1, 1.5] */
+    const bnact acts[4] = {{"Relu", &rt__op_relu, {0}},
+                           {"KerasRelu6", &rt__op_kerasrelu, {RT__U_KRELU, 0.0f, 0.0f, 6.0f}},
+                           {"Clip6", &rt__op_clip, {RT__U_CLIP, 0.0f, 6.0f, 0.0f}},
+                           {"Clip-1,1.5", &rt__op_clip, {RT__U_CLIP, -1.0f, 1.5f, 0.0f}}};
+    for (int i = 0; i < 4; i++) {
+        check_bn_act(2, 3, 5, 32, &acts[i]);
+        check_bn_act(12, 28, 28, 32, &acts[i]); /* 301056 values: the threads */
+    }
+    for (int i = 1; i < 4; i++)
+        check_bn_fd(&acts[i]);
+    /* not fused: a slope or threshold, a bound bf16 does not hold */
+    rt__node bn = {.op = &rt__op_batchnorm}, rd = {.op = &rt__op_kerasrelu};
+    const rt__kernel *kc = rt_kern_bf16_kernel(&bn, &rt__op_kerasrelu);
+    REQUIRE(kc && kc->can_fuse);
+    rd.p.unary = (rt__unary_params){RT__U_KRELU, 0.1f, 0.0f, 6.0f};
+    CHECK(!kc->can_fuse(&bn, &rd));
+    rd.p.unary = (rt__unary_params){RT__U_KRELU, 0.0f, 0.5f, 6.0f};
+    CHECK(!kc->can_fuse(&bn, &rd));
+    rd.p.unary = (rt__unary_params){RT__U_KRELU, 0.0f, 0.0f, 6.01f};
+    CHECK(!kc->can_fuse(&bn, &rd));
+    rd.p.unary = (rt__unary_params){RT__U_KRELU, 0.0f, 0.0f, INFINITY};
+    CHECK(kc->can_fuse(&bn, &rd));
+    rd.op = &rt__op_clip;
+    rd.p.unary = (rt__unary_params){RT__U_CLIP, 6.0f, 0.0f, 0.0f};
+    CHECK(!kc->can_fuse(&bn, &rd));
     if (rt_test_failures)
         fprintf(stderr, "%d check(s) failed\n", rt_test_failures);
     return rt_test_failures ? 1 : 0;

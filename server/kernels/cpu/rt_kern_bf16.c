@@ -1303,6 +1303,11 @@ static const rt__kernel rt__bf16_table[] = {
     /* BatchNorm + Relu in one pass each way (rt_kern_norm.c) */
     {&rt__op_batchnorm, &rt__op_relu, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd, NULL,
      rt_kern_batchnorm_prepare},
+    /* BatchNorm + Clip, + Keras' ReLU(max_value) (ReLU6) the same way */
+    {&rt__op_batchnorm, &rt__op_clip, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd,
+     rt_kern_bn_can_fuse_clip, rt_kern_batchnorm_prepare},
+    {&rt__op_batchnorm, &rt__op_kerasrelu, rt_kern_batchnorm_fwd, rt_kern_batchnorm_bwd,
+     rt_kern_bn_can_fuse_clip, rt_kern_batchnorm_prepare},
     {&rt__op_relu, NULL, rt_kern_bf16_relu_fwd, rt_kern_bf16_relu_bwd, NULL, NULL},
     {&rt__op_clip, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},
     {&rt__op_kerasrelu, NULL, rt_kern_bf16_unary_fwd, rt_kern_bf16_unary_bwd, NULL, NULL},

@@ -142,6 +142,11 @@ void rt_kern_bf16_copy_fwd(const rt__kargs *a);
  * and Sub's backward, which reads no x, their float32 kernels) */
 void rt_kern_bf16_bin_fwd(const rt__kargs *a);
 void rt_kern_bf16_bin_bwd(const rt__kargs *a);
+/* can_fuse of BatchNorm + Clip / KerasRelu (rt_kern_norm.c): a clip to
+ * [lo, hi], lo < hi, both bf16 values or infinite (Clip(min, max); Keras'
+ * ReLU(max_value) with no negative_slope and threshold 0: [0, max_value]),
+ * whose gradient the fused backward reads off the output */
+int rt_kern_bn_can_fuse_clip(const rt__node *nd, const rt__node *reader);
 /* what rt__backend.bf16_io answers for a bf16 node of the CPU backend */
 unsigned rt_kern_bf16_io(const rt__node *nd);
 /* 0: every activation stored float32 (each bf16 product rounds a copy of

@@ -8,13 +8,16 @@
  * (moving = momentum * moving + (1 - momentum) * batch); inference mode,
  * and a frozen layer (trainable=False) always, uses the moving statistics.
  * Per-channel sums are accumulated in double: a channel of a large batch
- * sums hundreds of thousands of values. The backward pass recomputes the
- * batch statistics from x rather than keeping them from the forward pass
- * (the engine gives each call its own scratch; this costs one read of x).
+ * sums hundreds of thousands of values. A training forward keeps the
+ * batch's row count, mean and variance in the node's workspace (which
+ * lives from its forward call to its backward call), and the backward
+ * reads them there: the same bits it would compute again from the same
+ * x, without two more passes over x.
  *
  * Synchronised (MPI replicas, rt__run.bn_sum; the node's synchronized attr
- * or the config's sync_bn): the per-channel sums of both statistics passes
- * are summed over the replicas, so every replica normalises with the
+ * or the config's sync_bn): the per-channel sums of the forward's two
+ * statistics passes are summed over the replicas, so every replica
+ * normalises (and its backward differentiates) with the
  * global batch's mean and variance; in the backward pass the sums of dy
  * and dy (x - mean), scaled by the replica's share of the batch (the
  * replica's gradients are of its own rows' mean loss), are summed too.
@@ -154,9 +157,12 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
     const int64_t C = rt__bn_cp(nd)->C;
     nd->kdata = nt;
     nd->scratch_floats = 4 * C * *nt + 8 * C + 3 * C + 16;
-    /* bf16 storage (rt_kern_bf16act.c): a row of x and of y a thread;
-     * a fused Relu's backward: a row of its dx (2 rows a thread after
-     * those: the x and y rows' stride) */
+    /* the forward's batch statistics for the backward: the row count,
+     * then mean and var (C doubles each) */
+    nd->ws_floats = 2 + 4 * C + 2;
+    /* bf16 storage (rt_kern_bf16act.c) or a fused clip's forward: a row
+     * of x and of y a thread; a fused activation's backward: a row of its
+     * dx (2 rows a thread after those: the x and y rows' stride) */
     if (nd->bf16_in || nd->bf16_out || nd->fused)
         nd->scratch_floats += 2 * C * *nt;
     if (nd->fused)
@@ -172,10 +178,51 @@ int rt_kern_batchnorm_prepare(rt__node *nd, int64_t B, rt__arena *A)
            *sdy = var + (C), *sdyx = sdy + (C);                                              \
     float *f = (float *)(sdyx + (C))
 
+/* The activation fused into a BatchNorm (the bf16 table's BatchNorm +
+ * Relu, + Clip and + KerasRelu): RT__BN_RELU, or RT__BN_CLIP, a clip to
+ * [lo, hi] (Clip(min, max); Keras' ReLU(max_value) without a slope or
+ * threshold: [0, max_value]) computed by the unfused op's own map
+ * (rt_kern_unary_map), whose gradient, dy where lo < x < hi, is read off
+ * y: lo < y < hi exactly there (lo < hi, both bf16 values where y is
+ * stored bf16: rt_kern_bn_can_fuse_clip). */
+enum { RT__BN_NONE, RT__BN_RELU, RT__BN_CLIP };
+static inline int rt__bn_act(const rt__node *nd, float *lo, float *hi)
+{
+    if (nd->fused == &rt__op_relu)
+        return RT__BN_RELU;
+    if (nd->fused != &rt__op_clip && nd->fused != &rt__op_kerasrelu)
+        return RT__BN_NONE;
+    const rt__unary_params *u = &nd->fused_p->unary;
+    *lo = u->kind == RT__U_CLIP ? u->alpha : 0.0f;
+    *hi = u->kind == RT__U_CLIP ? u->beta : u->gamma;
+    return RT__BN_CLIP;
+}
+
+/* a bound a bf16 y holds exactly (infinite: none) */
+static int rt__bn_bf16_exact(float v)
+{
+    return isinf(v) || rt_kern_bf16_widen(rt_kern_bf16_round(v)) == v;
+}
+
+int rt_kern_bn_can_fuse_clip(const rt__node *nd, const rt__node *reader)
+{
+    (void)nd;
+    const rt__unary_params *u = rt__unary_cp(reader);
+    float lo, hi;
+    if (u->kind == RT__U_CLIP)
+        lo = u->alpha, hi = u->beta;
+    else if (u->kind == RT__U_KRELU && u->alpha == 0.0f && u->beta == 0.0f)
+        lo = 0.0f, hi = u->gamma;
+    else
+        return 0;
+    return lo < hi && rt__bn_bf16_exact(lo) && rt__bn_bf16_exact(hi);
+}
+
 /* y = gamma (x - mean) / sqrt(var + eps) + beta, x and y (R, C), each
  * float32 or stored bf16 (nd->bf16_in, bf16_out): the statistics and y
  * are computed in float32 / double either way. With a Relu fused (the
- * bf16 table's BatchNorm + Relu) y = max(y, 0) in the same pass. */
+ * bf16 table's BatchNorm + Relu) y = max(y, 0) in the same pass, with a
+ * clip its map on the row. */
 void rt_kern_batchnorm_fwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -190,10 +237,15 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     (void)sdyx;
     float *scale = f, *shift = f + C, *rows = f + 3 * C;
     const int bx = (nd->bf16_in & 1u) != 0, by = nd->bf16_out;
-    const int relu = nd->fused == &rt__op_relu;
+    float lo = 0.0f, hi = 0.0f;
+    const int act = rt__bn_act(nd, &lo, &hi);
     if (rt__bn_batch_mode(a)) {
         const double Rg = rt__bn_stats(a->x[0], bx, rows, R, C, nt, part, mean, var,
                                        rt__bn_synced(a) ? a->r : NULL);
+        double *ws = (double *)a->ws;
+        ws[0] = Rg;
+        memcpy(ws + 2, mean, sizeof(double) * (size_t)C);
+        memcpy(ws + 2 + C, var, sizeof(double) * (size_t)C);
         /* PyTorch moves the variance towards the unbiased estimate */
         const double vs = rt__bn_cp(nd)->unbiased && Rg > 1 ? Rg / (Rg - 1) : 1.0;
         for (int64_t c = 0; c < C && a->r->update_stats; c++) {
@@ -217,13 +269,18 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
     for (int64_t r = 0; r < R; r++) {
         float *tx = rows + 2 * omp_get_thread_num() * C, *ty = tx + C;
         const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tx);
-        float *restrict o = by ? ty : y + r * C;
+        float *restrict o = by || act == RT__BN_CLIP ? ty : y + r * C;
         for (int64_t c = 0; c < C; c++)
             o[c] = v[c] * scale[c] + shift[c];
-        if (relu)
+        if (act == RT__BN_RELU)
             rt_kern_act_fwd(RT__ACT_RELU, o, C);
+        float *w = o;             /* the row to store */
+        if (act == RT__BN_CLIP) { /* ty into tx (x's row is read) or y */
+            w = by ? tx : y + r * C;
+            rt_kern_unary_map(&nd->fused_p->unary, w, ty, C);
+        }
         if (by)
-            rt_kern_to_bf16_serial((uint16_t *)y + r * C, ty, C);
+            rt_kern_to_bf16_serial((uint16_t *)y + r * C, w, C);
     }
 }
 
@@ -231,24 +288,53 @@ void rt_kern_batchnorm_fwd(const rt__kargs *a)
  *   dbeta = sum dy, dgamma = sum dy * xh,
  *   batch mode:     dx = gamma inv (dy - dbeta/R - xh dgamma/R)
  *   inference mode: dx = gamma inv dy (the statistics are constants)
- * With a Relu fused, dy there is the Relu's dx: dy where y > 0, else 0
- * (y the fused output, widened a row at a time where stored bf16),
- * computed in the sums pass into dx's rows where dx is overwritten, and
- * read back from there by the dx pass. */
+ * With an activation fused, dy there is its dx: with a Relu dy where
+ * y > 0, else 0; with a clip dy * (lo < y < hi ? 1 : 0), the unfused
+ * op's expression (y the fused output, widened a row at a time where
+ * stored bf16), computed in the sums pass into dx's rows where dx is
+ * overwritten, and read back from there by the dx pass. */
 
-/* row r of dy, through the fused Relu's mask where there is one (into
- * dz: C floats) */
-static inline const float *rt__bn_dy(const rt__kargs *a, int relu, int by, int64_t r, int64_t C,
-                                     float *ty, float *dz)
+/* the fused activation's gradient mask on dy (d) at output value y */
+#define RT__BN_RELU_D(y, d) ((y) > 0.0f ? (d) : 0.0f)
+#define RT__BN_CLIP_D(y, d) ((d) * ((y) > lo && (y) < hi ? 1.0f : 0.0f))
+
+/* row r of dy, through the fused activation's mask where there is one
+ * (into dz: C floats) */
+static inline const float *rt__bn_dy(const rt__kargs *a, int act, float lo, float hi, int by,
+                                     int64_t r, int64_t C, float *ty, float *dz)
 {
     const float *d = a->dy + r * C;
-    if (!relu)
+    if (act == RT__BN_NONE)
         return d;
     const float *restrict y = rt_kern_bf16_ld(a->y, by, r * C, C, ty);
-    for (int64_t c = 0; c < C; c++)
-        dz[c] = y[c] > 0.0f ? d[c] : 0.0f;
+    if (act == RT__BN_RELU)
+        for (int64_t c = 0; c < C; c++)
+            dz[c] = RT__BN_RELU_D(y[c], d[c]);
+    else
+        for (int64_t c = 0; c < C; c++)
+            dz[c] = RT__BN_CLIP_D(y[c], d[c]);
     return dz;
 }
+
+/* rows r0..r1 of the sums pass with x and y stored bf16 and an activation
+ * fused: x and y widened as the one loop reads them (the same sums, in
+ * the same order), the masked dy into dx's rows where kept, else into
+ * the thread's row tz */
+#define RT__BN_SUMS_BF16(MASK)                                                                  \
+    for (int64_t r = r0; r < r1; r++) {                                                         \
+        const uint16_t *restrict xv = (const uint16_t *)x + r * C, *restrict yv =               \
+                                                                       (const uint16_t *)a->y + \
+                                                                       r * C;                   \
+        const float *restrict dr = a->dy + r * C;                                               \
+        float *restrict kz = keep ? a->dx[0] + r * C : tz;                                      \
+        for (int64_t c = 0; c < C; c++) {                                                       \
+            const float d = MASK(rt_kern_bf16_widen(yv[c]), dr[c]);                             \
+            kz[c] = d;                                                                          \
+            s1[c] += d;                                                                         \
+            s2[c] += (double)d * ((double)rt_kern_bf16_widen(xv[c]) - mean[c]);                 \
+        }                                                                                       \
+    }
+
 void rt_kern_batchnorm_bwd(const rt__kargs *a)
 {
     const rt__node *nd = a->nd;
@@ -261,12 +347,16 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
     RT__BN_SCRATCH(a, C, nt, part, mean, var, sdy, sdyx, k);
     float *rows = k + 3 * C;
     const int bx = (nd->bf16_in & 1u) != 0, by = nd->bf16_out;
-    const int relu = nd->fused == &rt__op_relu;
-    const int keep = relu && a->dx[0] && !(a->accum & 1u);
+    float lo = 0.0f, hi = 0.0f;
+    const int act = rt__bn_act(nd, &lo, &hi);
+    const int keep = act != RT__BN_NONE && a->dx[0] && !(a->accum & 1u);
     const int sync = batch && rt__bn_synced(a);
     double Rg = (double)R;
-    if (batch) {
-        Rg = rt__bn_stats(x, bx, rows, R, C, nt, part, mean, var, sync ? a->r : NULL);
+    if (batch) { /* the forward's (rt_kern_batchnorm_fwd) */
+        const double *ws = (const double *)a->ws;
+        Rg = ws[0];
+        memcpy(mean, ws + 2, sizeof(double) * (size_t)C);
+        memcpy(var, ws + 2 + C, sizeof(double) * (size_t)C);
     } else {
         for (int64_t c = 0; c < C; c++) {
             mean[c] = a->x[3][c];
@@ -288,28 +378,16 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
         for (int64_t c = 0; c < C; c++)
             s1[c] = s2[c] = 0.0;
         float *tr = rows + 2 * t * C, *tz = rows + (2 * (int64_t)nt + 2 * t) * C;
-        /* x and y stored bf16 with the Relu fused: x and y widened as the
-         * one loop reads them (the same sums, in the same order) */
-        if (bx && by && relu) {
-            for (int64_t r = r0; r < r1; r++) {
-                const uint16_t *restrict xv = (const uint16_t *)x + r * C, *restrict yv =
-                                                                               (const uint16_t *)
-                                                                                   a->y +
-                                                                               r * C;
-                const float *restrict dr = a->dy + r * C;
-                float *restrict kz = keep ? a->dx[0] + r * C : tz;
-                for (int64_t c = 0; c < C; c++) {
-                    const float d = rt_kern_bf16_widen(yv[c]) > 0.0f ? dr[c] : 0.0f;
-                    kz[c] = d;
-                    s1[c] += d;
-                    s2[c] += (double)d * ((double)rt_kern_bf16_widen(xv[c]) - mean[c]);
-                }
-            }
+        /* x and y stored bf16 with an activation fused */
+        if (bx && by && act == RT__BN_RELU) {
+            RT__BN_SUMS_BF16(RT__BN_RELU_D)
+        } else if (bx && by && act == RT__BN_CLIP) {
+            RT__BN_SUMS_BF16(RT__BN_CLIP_D)
         } else {
             for (int64_t r = r0; r < r1; r++) {
                 /* the masked dy kept in dx's row for the dx pass */
                 const float *restrict v = rt_kern_bf16_ld(x, bx, r * C, C, tr),
-                                      *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C,
+                                      *restrict d = rt__bn_dy(a, act, lo, hi, by, r, C, tr + C,
                                                               keep ? a->dx[0] + r * C : tz);
                 for (int64_t c = 0; c < C; c++) {
                     s1[c] += d[c];
@@ -391,7 +469,7 @@ void rt_kern_batchnorm_bwd(const rt__kargs *a)
                 o[c] = k1[c] * o[c] + k2[c] * v[c] + k0[c];
             continue;
         }
-        const float *restrict d = rt__bn_dy(a, relu, by, r, C, tr + C, tz);
+        const float *restrict d = rt__bn_dy(a, act, lo, hi, by, r, C, tr + C, tz);
         float *restrict o = dx + r * C;
         if (add)
             for (int64_t c = 0; c < C; c++)
