@@ -22,7 +22,7 @@ typedef struct bp_run {
     rt__kargs *k;
 } bp_run;
 
-static void bp_open(bp_run *b, rt_plan *p, int64_t n)
+static inline void bp_open(bp_run *b, rt_plan *p, int64_t n)
 {
     uint64_t s = 11;
     memset(b, 0, sizeof *b);
@@ -61,7 +61,7 @@ static void bp_open(bp_run *b, rt_plan *p, int64_t n)
 #undef BP_RES
 }
 
-static void bp_close(bp_run *b)
+static inline void bp_close(bp_run *b)
 {
     free(b->k);
     free(b->arena);
@@ -70,7 +70,7 @@ static void bp_close(bp_run *b)
 }
 
 /* per kernel call: medians over reps, printed */
-static void bp_breakdown(bp_run *b, int reps)
+static inline void bp_breakdown(bp_run *b, int reps)
 {
     const int nc = b->nc;
     double *kt = calloc((size_t)nc * (size_t)reps, sizeof(double));
@@ -92,7 +92,7 @@ static void bp_breakdown(bp_run *b, int reps)
 }
 
 /* a dense (group 1) Conv2D call */
-static int bp_is_conv(const rt__call *cl)
+static inline int bp_is_conv(const rt__call *cl)
 {
     return cl->nd->op == &rt__op_conv2d && rt__conv_cp(cl->nd)->G <= 1;
 }
@@ -105,7 +105,7 @@ static int bp_is_conv(const rt__call *cl)
  * and fl[dir] (FLOPs per direction, the same for every variant). */
 static int bp_layers; /* print every layer's times too */
 
-static void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], double fl[3])
+static inline void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], double fl[3])
 {
     double *t = malloc(sizeof(double) * (size_t)reps * (size_t)nv);
     memset(fl, 0, sizeof(double) * 3);
@@ -144,6 +144,82 @@ static void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], double fl[
         }
     }
     free(t);
+}
+
+/* The op type a call runs, for bp_op_profile: the op's name, a fused
+ * reader's after a '+', and a Conv2D's kind (depthwise: one input
+ * channel a group; grouped: more). */
+static inline void bp_op_label(const rt__node *nd, char *out, size_t cap)
+{
+    const char *kind = "";
+    if (nd->op->params == RT__P_CONV && nd->op == &rt__op_conv2d) {
+        const rt__conv_params *cv = rt__conv_cp(nd);
+        if (cv->G > 1) kind = cv->G == cv->C ? " depthwise" : " grouped";
+    }
+    snprintf(out, cap, "%s%s%s%s", nd->op->name, nd->fused ? " + " : "",
+             nd->fused ? nd->fused->name : "", kind);
+}
+
+#define BP_MAX_OPS 64
+
+/* Per op type and direction, for nv plans of one graph (float32 and bf16,
+ * say): every kernel call of each plan timed in passes of the whole call
+ * list (the plans' passes interleaved, one warm pass first), each call's
+ * median over reps, summed per op type (bp_op_label) and direction.
+ * Prints a table of ms per step, one column per plan, and each column's
+ * ratio to the first; tot[v] gets plan v's kernels' total. */
+static inline void bp_op_profile(bp_run *b, int nv, const char *const *names, int reps, double *tot)
+{
+    struct { char name[64]; double ms[2][4]; } *agg = calloc(BP_MAX_OPS, sizeof *agg);
+    int na = 0, maxc = 0;
+    for (int v = 0; v < nv; v++) if (b[v].nc > maxc) maxc = b[v].nc;
+    for (int v = 0; v < nv; v++) tot[v] = 0;
+    double *tv = malloc(sizeof(double) * (size_t)nv * (size_t)maxc * (size_t)reps);
+    for (int i = -1; i < reps; i++) /* i = -1: warm */
+        for (int v = 0; v < nv; v++)
+            for (int c = 0; c < b[v].nc; c++) {
+                const double t0 = now_s();
+                b[v].p->calls[c].fn(&b[v].k[c]);
+                if (i >= 0)
+                    tv[((size_t)v * (size_t)maxc + (size_t)c) * (size_t)reps + (size_t)i] =
+                        now_s() - t0;
+            }
+    for (int v = 0; v < nv; v++)
+        for (int c = 0; c < b[v].nc; c++) {
+            const rt__call *cl = &b[v].p->calls[c];
+            const double m =
+                median(tv + ((size_t)v * (size_t)maxc + (size_t)c) * (size_t)reps, reps) * 1e3;
+            char nm[64];
+            bp_op_label(cl->nd, nm, sizeof nm);
+            int a = 0;
+            while (a < na && strcmp(agg[a].name, nm)) a++;
+            if (a == na && na < BP_MAX_OPS) snprintf(agg[na++].name, sizeof agg->name, "%s", nm);
+            if (a < na && v < 4) agg[a].ms[cl->bwd][v] += m;
+            tot[v] += m;
+        }
+    printf("\n| op | direction |");
+    for (int v = 0; v < nv && v < 4; v++) printf(" %s ms |", names[v]);
+    for (int v = 1; v < nv && v < 4; v++) printf(" %s/%s |", names[v], names[0]);
+    printf("\n| --- | --- |");
+    for (int v = 1; v < 2 * nv && v < 8; v++) printf(" --- |");
+    printf("\n");
+    for (int a = 0; a < na; a++)
+        for (int d = 0; d < 2; d++) {
+            int any = 0;
+            for (int v = 0; v < nv && v < 4; v++) any |= agg[a].ms[d][v] > 0;
+            if (!any) continue;
+            printf("| %s | %s |", agg[a].name, d ? "backward" : "forward");
+            for (int v = 0; v < nv && v < 4; v++) printf(" %.2f |", agg[a].ms[d][v]);
+            for (int v = 1; v < nv && v < 4; v++)
+                printf(" %.2f |", agg[a].ms[d][0] > 0 ? agg[a].ms[d][v] / agg[a].ms[d][0] : 0);
+            printf("\n");
+        }
+    printf("| all kernels | both |");
+    for (int v = 0; v < nv && v < 4; v++) printf(" %.2f |", tot[v]);
+    for (int v = 1; v < nv && v < 4; v++) printf(" %.3f |", tot[0] > 0 ? tot[v] / tot[0] : 0);
+    printf("\n");
+    free(tv);
+    free(agg);
 }
 
 #endif

@@ -13,7 +13,7 @@
  *
  *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C]
  *         [--f32-k K]
- *         [--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16]
+ *         [--ops N] [--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
  * float32 (rt_kern_bf16_conv_min_c, default 1: every Conv2D in bf16; 4
@@ -24,6 +24,11 @@
  * --f32-k K: a Conv2D with fewer than K products a sum multiplies its
  * bf16 values on the float32 kernels (rt_kern_bf16_f32_k, default 32;
  * 0: every one on oneDNN's bf16 primitives, as before stop 13).
+ * --ops N: after a workload's row, its float32 and bf16 plans' kernel
+ * calls timed one by one (bench_plan.h's bp_op_profile: N passes of each
+ * plan's calls, interleaved, on an arena of small random values), a row
+ * per op type and direction (depthwise and grouped Conv2D apart from
+ * dense ones) with ms a step in each plan and their ratio.
  * --prec P: time only that precision's plan (its columns of the other
  * read 0), for a profiler or ONEDNN_VERBOSE=1 to see one plan alone.
  * A third plan, timed in the same rounds, is the bf16 one with every
@@ -46,6 +51,8 @@
 #include "import_keras.h"
 #include "import_onnx.h"
 #include "rt_engine.h"
+#include "rt_engine_impl.h"
+#include "bench_plan.h"
 
 extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
 extern int rt_kern_bf16_act_store;  /* rt_kern_bf16act.c */
@@ -100,6 +107,7 @@ static double step_ms(rt_exec *e, const rt_data *d, int steps, double *cpu)
 }
 
 static int only_prec = -1;   /* --prec: run one precision alone (profiling) */
+static int ops_reps;         /* --ops N: the per-op profile, N timed passes */
 static rt_bench_limit limit; /* measured once, before the rows */
 
 static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int reps, int steps)
@@ -155,6 +163,24 @@ static void row(const char *name, const rt_graph *g, rt_train_config *cfg, int r
            r32->arena_bytes / 1048576.0, r16->arena_bytes / 1048576.0, m16f, m16f / m32,
            c16f / c32, r16f->arena_bytes / 1048576.0);
     fflush(stdout);
+    if (ops_reps > 0) {
+        /* the float32 and bf16 plans' kernel calls, one op type and
+         * direction a row (bench_plan.h); the steps' rest is gather, loss
+         * and the optimizer */
+        bp_run b[2];
+        static const char *const nm[2] = {"float32", "bf16"};
+        double tot[2];
+        for (int k = 0; k < 2; k++)
+            bp_open(&b[k], p[k], cfg->batch_size);
+        printf("\n%s, per op and direction, ms a step (medians of %d passes of the calls):\n",
+               name, ops_reps);
+        bp_op_profile(b, 2, nm, ops_reps, tot);
+        printf("step wall ms beside the kernels: float32 %.2f, bf16 %.2f (the optimizer, loss "
+               "and gather)\n\n",
+               m32 - tot[0], m16 - tot[1]);
+        for (int k = 0; k < 2; k++)
+            bp_close(&b[k]);
+    }
     for (int k = 0; k < 3; k++) {
         rt_exec_destroy(e[k]);
         rt_plan_release(p[k]);
@@ -256,12 +282,14 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc)
             only_prec = !strcmp(argv[++i], "bf16");
+        else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
+            ops_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--inception-size") && i + 1 < argc)
             inc_size = atoi(argv[++i]);
         else
             die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C] [--f32-k K] "
                          "[--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16] "
-                         "[--inception-size S]");
+                         "[--inception-size S] [--ops N]");
     }
 #define RUN(key) (!only || !strcmp(only, key))
     if (reps < 1)

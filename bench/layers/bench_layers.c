@@ -28,6 +28,7 @@
 
 #define RT_BENCH_NAME "bench_layers"
 #include "../bench_util.h"
+#include "../bench_plan.h"
 
 static size_t put(char *b, size_t cap, size_t o, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -86,66 +87,17 @@ static char *mobilenet_json(int size, int classes)
     return b;
 }
 
-/* time per op (forward and backward summed over its nodes; grouped
- * convolutions apart), one pass of the plan's calls on an arena of small
- * random values laid out as the exec's */
+/* time per op and direction (depthwise convolutions apart), one pass of
+ * the plan's calls on an arena of small random values laid out as the
+ * exec's (bench_plan.h) */
 static void op_breakdown(rt_plan *p, int64_t n)
 {
-    uint64_t s = 11;
-    const int nc = p->n_fwd + p->n_bwd;
-    unsigned char *arena = rt__aligned_alloc((size_t)p->arena_bytes);
-    float *wb = rt__aligned_alloc(sizeof(float) * (size_t)(p->param_floats + p->train_floats));
-    float *gs = rt__aligned_alloc(sizeof(float) * (size_t)p->gemm_scratch_floats + 64);
-    if (!arena || !wb || !gs) die("breakdown", "out of memory");
-    for (uint64_t i = 0; i + 4 <= p->arena_bytes; i += 4) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        float v = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
-        memcpy(arena + i, &v, 4);
-    }
-    for (int i = 0; i < p->n_params; i++) rt__init_param(&p->params[i], i, 1, wb + p->params[i].off);
-    rt__run run = {.n = n, .training = 1, .seed = 1, .gemm_scratch = gs,
-                   .gemm_scratch_floats = p->gemm_scratch_floats};
-    struct { char name[32]; double f, b; } agg[32];
-    int na = 0;
-    for (int c = 0; c < nc; c++) {
-        const rt__call *cl = &p->calls[c];
-        rt__kargs k = {.nd = cl->nd, .r = &run, .accum = cl->accum};
-#define RES(r) ((r).space == RT__SP_ARENA ? (float *)(arena + (r).off)             \
-            : (r).space == RT__SP_PARAM ? wb + (r).off                          \
-            : (r).space == RT__SP_GRAD ? wb + p->param_floats + (r).off : NULL)
-        k.y = RES(cl->y);
-        k.dy = RES(cl->dy);
-        k.scratch = RES(cl->scratch);
-        k.ws = RES(cl->ws);
-        for (int j = 0; j < cl->nd->n_in; j++) {
-            k.x[j] = RES(cl->x[j]);
-            k.dx[j] = RES(cl->dx[j]);
-        }
-#undef RES
-        double t0 = now_s();
-        cl->fn(&k);
-        const double dt = (now_s() - t0) * 1e3;
-        char nm[32];
-        const int grouped = cl->nd->op->params == RT__P_CONV && cl->nd->p.conv.G > 1;
-        snprintf(nm, sizeof nm, "%s%s", cl->nd->op->name, grouped ? " (grouped)" : "");
-        int i = 0;
-        while (i < na && strcmp(agg[i].name, nm)) i++;
-        if (i == na && na < 32) {
-            snprintf(agg[na].name, sizeof agg[na].name, "%s", nm);
-            agg[na].f = agg[na].b = 0;
-            na++;
-        }
-        if (i < na) {
-            if (cl->bwd) agg[i].b += dt;
-            else agg[i].f += dt;
-        }
-    }
-    printf("per op, one step (ms): ");
-    for (int i = 0; i < na; i++) printf("%s %.0f+%.0f; ", agg[i].name, agg[i].f, agg[i].b);
-    printf("\n");
-    free(arena);
-    free(wb);
-    free(gs);
+    bp_run b;
+    static const char *const nm[1] = {"rtrain"};
+    double tot;
+    bp_open(&b, p, n);
+    bp_op_profile(&b, 1, nm, 1, &tot);
+    bp_close(&b);
 }
 
 static rt_plan *compile(const char *js, int batch, double *ms)

@@ -328,7 +328,9 @@ static void test_conv(int ks, int cc)
  * pool_first): a 1x1 conv 16x16 relu with bias between the two 3x3 ones
  * (run on the bf16 matmul, with an input gradient); cnn_dw (without
  * pool_first): a depthwise 3x3 conv (group 16) relu with bias there
- * (oneDNN's bf16 depthwise primitives, weights (3,3,1,16)) */
+ * (oneDNN's bf16 depthwise primitives, weights (3,3,1,16)); cnn_dw 2:
+ * its output plus c1 (an Add) feeds c2, so the depthwise backward adds
+ * into c1's gradient */
 static int cnn_pw, cnn_dw, cnn_bn, cnn_bin;
 static int64_t cnn_oc1 = 16; /* c1's output channels (pool_first) */
 
@@ -373,6 +375,11 @@ static rt_graph *cnn(int pool_first)
         const rt_attr dwa[3] = {relu[0], relu[1], {.name = "group", .kind = RT_ATTR_INT, .i = 16}};
         REQUIRE(rt_graph_add_node(g, "dw", "Conv2D", 3, dw, 3, dwa) == 0);
         c2[0] = "dw";
+        if (cnn_dw == 2) { /* c1 read twice: dw's backward adds into its dx */
+            const char *res[2] = {"dw", "c1"};
+            REQUIRE(rt_graph_add_node(g, "res", "Add", 2, res, 0, NULL) == 0);
+            c2[0] = "res";
+        }
     }
     if (pool_first)
         REQUIRE(rt_graph_add_node(g, "mp", "MaxPool2D", 1, mp, 0, NULL) == 0); /* 2x2 */
@@ -699,7 +706,7 @@ static void ref_run(const char *be, int prec, int pool_first, const float *x, co
      * values its reader rounds its input to), where cpu runs it fused
      * with its Conv2D */
     if (rt_kern_bf16_act_store)
-        want += 1u + !strcmp(be, "ref");
+        want += 1u + !strcmp(be, "ref") + (cnn_dw == 2); /* and the Add */
     if (cnn_bn) /* BatchNorm, the activations, Pad, AvgPool2D, Flatten; cpu
                  * runs each BatchNorm and its activation (Clip, Keras'
                  * ReLU6, Relu) as one node */
@@ -1314,6 +1321,8 @@ int main(int argc, char **argv)
     test_ref(40, 3 * 1024, 0);
     cnn_pw = 0;
     cnn_dw = 1; /* a depthwise conv between them */
+    test_ref(40, 3 * 1024, 0);
+    cnn_dw = 2; /* the same, its dx added to the Add's */
     test_ref(40, 3 * 1024, 0);
     cnn_dw = 0;
     /* c2 (3x3x16x16 on 4x4 images, after the pool) with its
