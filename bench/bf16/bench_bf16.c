@@ -11,8 +11,8 @@
  * bytes of both plans and how many ops computed in bf16. Prints numbers,
  * asserts nothing.
  *
- *     flock /work/wt/bench.lock build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C]
- *         [--f32-k K]
+ *     build/bench/bf16/bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C]
+ *         [--col-px P] [--col-rows R] [--w-round 0|1] [--f32-k K]
  *         [--ops N] [--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16]
  *
  * --conv-min-c C: Conv2D layers with fewer than C input channels run
@@ -21,6 +21,12 @@
  * --col-oc C: a Conv2D's backward-weights runs as im2col matmuls from C
  * output channels (rt_kern_bf16_col_oc, default 256; a large C runs every
  * one on oneDNN's bf16 backward-weights, as before stop 10).
+ * --col-px P, --col-rows R: that path's largest output image in pixels
+ * (rt_kern_bf16_col_px, default 64) and its chunks' least rows
+ * (rt_kern_bf16_col_rows, default 1024), to re-tune them.
+ * --w-round 0: a Conv2D's forward casts its weights with oneDNN's one
+ * float32 -> bf16 reorder, as before stop 14 (rt_kern_bf16_w_round;
+ * default 1: rounded in Keras' layout, then a bf16 reorder).
  * --f32-k K: a Conv2D with fewer than K products a sum multiplies its
  * bf16 values on the float32 kernels (rt_kern_bf16_f32_k, default 32;
  * 0: every one on oneDNN's bf16 primitives, as before stop 13).
@@ -57,6 +63,9 @@
 extern int rt_kern_bf16_conv_min_c; /* rt_kern_bf16.c */
 extern int rt_kern_bf16_act_store;  /* rt_kern_bf16act.c */
 extern int rt_kern_bf16_col_oc;     /* rt_kern_bf16.c */
+extern int rt_kern_bf16_col_px;     /* rt_kern_bf16.c */
+extern int rt_kern_bf16_col_rows;   /* rt_kern_bf16.c */
+extern int rt_kern_bf16_w_round;    /* rt_kern_bf16.c */
 extern int rt_kern_bf16_f32_k;      /* rt_kern_bf16.c */
 
 static uint8_t *read_all(const char *path, size_t *len)
@@ -278,6 +287,12 @@ int main(int argc, char **argv)
             rt_kern_bf16_f32_k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--col-oc") && i + 1 < argc)
             rt_kern_bf16_col_oc = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--col-px") && i + 1 < argc)
+            rt_kern_bf16_col_px = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--col-rows") && i + 1 < argc)
+            rt_kern_bf16_col_rows = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--w-round") && i + 1 < argc)
+            rt_kern_bf16_w_round = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc)
@@ -287,7 +302,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--inception-size") && i + 1 < argc)
             inc_size = atoi(argv[++i]);
         else
-            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C] [--f32-k K] "
+            die("usage", "bench_bf16 [--reps N] [--conv-min-c C] [--col-oc C] [--col-px P] [--col-rows R] "
+                         "[--w-round 0|1] [--f32-k K] "
                          "[--only wb|wc|fashion|mobilenet|resnet|inception] [--prec f32|bf16] "
                          "[--inception-size S] [--ops N]");
     }

@@ -7,7 +7,7 @@
 # prints every variant's GFLOP/s and share of it. Then one table of medians
 # over the rounds: the old build's default row against the new build's.
 #   usage: [ONLY=W-B|3x3x64|ResNet] bench/conv/conv_dirs.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [REPS]
-#   e.g.   flock /work/wt/bench.lock bench/conv/conv_dirs.sh ../main/build-rel build-rel 3
+#   e.g.   bench/conv/conv_dirs.sh ../main/build-rel build-rel 3
 # Both builds' "default" rows (the engine's own choice) are compared; set
 # BEFORE_VARIANT=im2col+GEMM for a build from before the shape rule was on.
 # Needs python3-torch for ResNet-18.

@@ -18,7 +18,7 @@ set -uo pipefail
 b=$(cd "$1" && pwd) || exit 2
 rounds=${2:-3}
 src=$(cd "$(dirname "$0")/../.." && pwd)
-lock=${RT_BENCH_LOCK:-/work/wt/bench.lock}
+lock=${RT_BENCH_LOCK:-/tmp/rtrain-bench.lock}
 if [ -z "${RT_BENCH_LOCKED:-}" ]; then
   RT_BENCH_LOCKED=1 exec flock "$lock" "$0" "$@"
 fi

@@ -635,9 +635,13 @@ typedef struct {
      * bf16: half the bytes of a second f32 read, and the same values) */
     dnnl_primitive_t w_f, w_d;
     dnnl_primitive_t dw_set, dw_add; /* diff weights -> hwio f32, = and += */
-    dnnl_memory_desc_t srcb, dstf, dstb, srcf, hwio, wf, wd, dwd, bias, dsty;
-    dnnl_memory_desc_t sp[7]; /* fwd, bwd_d, bwd_w, w_f, w_d, dw_set, dw_add */
-    int64_t sp_floats, wf_floats, wd_floats, dwd_floats;
+    /* wround: the forward's copy is W rounded to bf16 in Keras' layout
+     * (hwiob, wh_floats at the scratch's start) then w_h to wf's layout */
+    dnnl_primitive_t w_h;
+    int wround;
+    dnnl_memory_desc_t srcb, dstf, dstb, srcf, hwio, hwiob, wf, wd, dwd, bias, dsty;
+    dnnl_memory_desc_t sp[8]; /* fwd, bwd_d, bwd_w, w_f, w_d, dw_set, dw_add, w_h */
+    int64_t sp_floats, wf_floats, wd_floats, dwd_floats, wh_floats;
     /* small images (rt__bcv_small): fwd NULL, the forward runs in the
      * layouts oneDNN picks (fwd_b), x_b takes x's bf16 NHWC copy to its
      * input's, y_b its output to y (NHWC, dsty); wf is fwd_b's weights */
@@ -674,11 +678,22 @@ static int rt__bcv_small(const rt__bcv_key *k)
  * which is as fast or faster there (bench/bf16/README.md, stop 10). */
 int rt_kern_bf16_col_oc = 256;
 int rt_kern_bf16_col_rows = 1024;
+int rt_kern_bf16_col_px = 64;
+
+/* The forward's bf16 weights: rounded in Keras' layout first (one
+ * vectorised pass over the float32 values, the same rounding), then
+ * reordered bf16 to bf16 into the primitive's layout. oneDNN 2.6's
+ * f32 -> bf16 reorder (jit:uni) into the blocked layouts is slow on large
+ * kernels: 2.1-2.6 ms for ResNet-18's 3x3x512x512 at two threads, the
+ * bf16 -> bf16 one 1.1 ms (3x3x256x512: 3.1 -> 0.6 ms). 0: the one
+ * f32 -> bf16 reorder, as before (bench/bf16/README.md, stop 14). */
+int rt_kern_bf16_w_round = 1;
 
 static int rt__bcv_cols(const rt__bcv_key *k)
 {
     const int64_t oc = rt_kern_bf16_col_oc;
-    return k->G == 1 && k->OH * k->OW <= 64 && k->OC >= oc && k->KH * k->KW * k->C >= 4 * oc;
+    return k->G == 1 && k->OH * k->OW <= rt_kern_bf16_col_px && k->OC >= oc &&
+           k->KH * k->KW * k->C >= 4 * oc;
 }
 
 /* the samples of k's im2col chunks (0: jit_bf16's backward-weights):
@@ -820,8 +835,15 @@ static void *rt__bcv_make(const void *kp, int blocked)
         rt_kern_dnnl_reorder(&d->dwd, &d->hwio, 0, &d->dw_set, &d->sp[5]) < 0 ||
         rt_kern_dnnl_reorder(&d->dwd, &d->hwio, 1, &d->dw_add, &d->sp[6]) < 0)
         return d;
-    for (int i = 0; i < 10; i++) {
-        const dnnl_memory_desc_t *m = i < 7 ? &d->sp[i] : &d->spb[i - 7];
+    if (rt_kern_bf16_w_round) {
+        rt_kern_dnnl_conv_wmd(k, dnnl_bf16, &d->hwiob);
+        if (rt_kern_dnnl_reorder(&d->hwiob, &d->wf, 0, &d->w_h, &d->sp[7]) == 0) {
+            d->wround = 1;
+            d->wh_floats = rt__hf(k->KH * k->KW * (k->C / k->G) * k->OC);
+        }
+    }
+    for (int i = 0; i < 11; i++) {
+        const dnnl_memory_desc_t *m = i < 8 ? &d->sp[i] : &d->spb[i - 8];
         if (rt_kern_dnnl_floats(m) > d->sp_floats)
             d->sp_floats = rt_kern_dnnl_floats(m);
     }
@@ -875,6 +897,27 @@ static rt__bcv_parts rt__bcv_split(const rt__bcv *d, float *s)
     return p;
 }
 
+/* the forward's bf16 copy wf of the float32 weights w (Keras' layout),
+ * first thing in a forward call: the rounded copy and its reorder's
+ * scratchpad take the start of the node's scratch, which the forward
+ * writes only after (sp: the scratchpad of the one f32 -> bf16 reorder) */
+static void rt__bcv_wcast(const rt__bcv *d, const float *w, uint16_t *wf, float *scratch, float *sp)
+{
+    if (!d->wround) {
+        rt_kern_dnnl_reord(d->w_f, &d->hwio, w, &d->wf, wf, &d->sp[3], sp, 0);
+        return;
+    }
+    const rt__bcv_key *k = &d->key;
+    const int64_t n = k->KH * k->KW * (k->C / k->G) * k->OC;
+    if (!d->w_h) { /* the primitive takes Keras' layout */
+        rt_kern_to_bf16(wf, w, n);
+        return;
+    }
+    uint16_t *wh = (uint16_t *)scratch;
+    rt_kern_to_bf16(wh, w, n);
+    rt_kern_dnnl_reord(d->w_h, &d->hwiob, wh, &d->wf, wf, &d->sp[7], scratch + d->wh_floats, 0);
+}
+
 /* A 1x1 Conv2D with stride 1 and no padding is a product of the NHWC
  * input's rows (B*H*W of C) with the (1,1,C,OC) kernel, which is C x OC
  * row-major: the Dense kernels run it (oneDNN's bf16 matmul). Its
@@ -921,6 +964,9 @@ static int rt__bconv_prepare(rt__node *nd, int64_t B, rt__arena *A)
     /* the blocked forward's: x and y in its layouts, the scratchpad */
     if (d->fwd_b && d->xbb_floats + d->yb_floats + d->sp_floats > nd->scratch_floats)
         nd->scratch_floats = d->xbb_floats + d->yb_floats + d->sp_floats;
+    /* the rounded weights and their reorder's scratchpad */
+    if (d->wh_floats + d->sp_floats > nd->scratch_floats)
+        nd->scratch_floats = d->wh_floats + d->sp_floats;
     return 0;
 }
 
@@ -935,7 +981,7 @@ static void rt__bconv_fwd(const rt__kargs *a)
     if (d->fwd_b) {
         uint16_t *xbb = (uint16_t *)a->scratch;
         float *yb = a->scratch + d->xbb_floats, *sp = yb + d->yb_floats;
-        rt_kern_dnnl_reord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], sp, 0);
+        rt__bcv_wcast(d, a->x[1], wf, a->scratch, sp);
         rt_kern_dnnl_reord(d->x_b, &d->srcb, xb, &d->srcbb, xbb, &d->spb[1], sp, 0);
         rt_kern_dnnl_args g = {0};
         rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcbb, xbb);
@@ -947,7 +993,7 @@ static void rt__bconv_fwd(const rt__kargs *a)
         rt_kern_dnnl_reord(d->y_b, &d->dstfb, yb, &d->dsty, a->y, &d->spb[2], sp, 0);
         return;
     }
-    rt_kern_dnnl_reord(d->w_f, &d->hwio, a->x[1], &d->wf, wf, &d->sp[3], p.sp, 0);
+    rt__bcv_wcast(d, a->x[1], wf, a->scratch, p.sp);
     rt_kern_dnnl_args g = {0};
     rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->srcb, xb);
     rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wf, wf);

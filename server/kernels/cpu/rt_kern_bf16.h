@@ -62,16 +62,25 @@ extern int rt_kern_bf16_f32_chunk;
  * compile; the tests make it small to run many chunks and a partial one. */
 extern int rt_kern_bf16_pool_chunk;
 
-/* Conv2D (ungrouped) with an output image of at most 64 pixels, at least
+/* Conv2D (ungrouped) with an output image of at most rt_kern_bf16_col_px
+ * pixels (64; at two threads as at one, larger images ran slower this
+ * way: bench/bf16/README.md, stop 14), at least
  * rt_kern_bf16_col_oc output channels and 4x that many products a sum
  * runs its backward-weights as bf16 matmuls of the input's im2col with dz,
  * on chunks of at least rt_kern_bf16_col_rows output pixels (256 and
  * 1024: where it ran faster than oneDNN's bf16 backward-weights). Read at
  * compile (the primitive table's key holds the chunk, 0 for none); the
  * tests lower them to run small layers and a partial last chunk this way,
- * bench/bf16 --col-oc raises the first to compare. */
+ * bench/bf16 --col-oc, --col-px and --col-rows move them to compare. */
 extern int rt_kern_bf16_col_oc;
 extern int rt_kern_bf16_col_rows;
+extern int rt_kern_bf16_col_px;
+
+/* A Conv2D's forward rounds its float32 weights to bf16 in Keras' layout,
+ * then reorders those into the primitive's layout (1, the default), or
+ * runs oneDNN's one float32 -> bf16 reorder (0). Read at compile;
+ * bench/bf16 --w-round 0 compares. */
+extern int rt_kern_bf16_w_round;
 
 /* bf16(f), round to nearest even (a NaN stays a quiet NaN), and its
  * widening back to float32 (exact): one value */
