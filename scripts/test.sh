@@ -7,10 +7,10 @@
 #          netns label: the MPI tests across network namespaces run the
 #          cases that the mpi_ tests run under ASan on one host, over
 #          OpenMPI's TCP transport instead (not rtrain's code); less the
-#          source label (ops_format, ops_shellcheck: they read the tree and
-#          run none of the built code), the packages label (cpack and pip
-#          over the same binaries the plain run packages) and the bench
-#          label (the benchmarks' smoke runs: python_bench_torch_users is
+#          source label (ops_format, ops_shellcheck, dash_vendored: they read
+#          the tree and run none of the built code), the packages label
+#          (cpack and pip over the same binaries the plain run packages) and
+#          the bench label (the benchmarks' smoke runs: python_bench_torch_users is
 #          minutes of PyTorch's loop under the preloaded runtimes); and less
 #          the backend_ref label, the suite's
 #          second run on the ref backend (half of this configuration's time:
