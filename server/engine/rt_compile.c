@@ -1445,6 +1445,7 @@ static int rt__pass_backward(rt__cc *cc)
                 need_dx |= 1u << j;
         const int has_bwd = en->rg && en->grad_written;
         cc->flops += nd->op->flops(nd, cc->B, has_bwd ? need_dx : 0);
+        p->nodes[i].bwd_dx = has_bwd ? need_dx : 0u;
         if (!has_bwd)
             continue;
         rt__call *c = &p->calls[m + nbwd];

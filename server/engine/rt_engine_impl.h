@@ -446,6 +446,11 @@ struct rt__node {
      * on RT_PREC_BF16 nodes; gradients are always float32. */
     unsigned bf16_in;
     int bf16_out;
+    /* bit i: the node's backward call computes input i's gradient (the
+     * backward pass, before choose_kernels; 0 where it has no backward
+     * call), so a prepare can keep in its workspace only what that call
+     * reads */
+    unsigned bwd_dx;
 };
 
 /* Typed parameter accessors: rt__dense_p(nd) (mutable, for infer) and

@@ -1037,7 +1037,34 @@ static rt_graph *bincnn(void)
     return g;
 }
 
-/* bn_plan builds bncnn (0), joincnn (1) or bincnn (2) */
+/* W-C's pattern on the 8x8x2 images: fl Flatten -> d0 (Dense 128 -> 32,
+ * Relu) -> d1 (Dense 32 -> 32, Relu) -> fc (Dense 32 -> 4) -> Softmax.
+ * d1's and fc's backwards compute dx from bf16 weights they round again
+ * (rt_kern_bf16.c keeps no weight copy live from the forward). */
+static rt_graph *mlpnet(void)
+{
+    rt_graph *g = rt_graph_create();
+    const int64_t in[4] = {RT_BATCH, 8, 8, 2}, w0[2] = {128, 32}, w1[2] = {32, 32};
+    const int64_t wf[2] = {32, 4}, b32[1] = {32}, b4[1] = {4};
+    REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
+    param(g, "d0/w", 2, w0);
+    REQUIRE(rt_graph_add_param(g, "d0/b", 1, b32, RT_INIT_ZEROS, 1, NULL) == 0);
+    param(g, "d1/w", 2, w1);
+    REQUIRE(rt_graph_add_param(g, "d1/b", 1, b32, RT_INIT_ZEROS, 1, NULL) == 0);
+    param(g, "fc/w", 2, wf);
+    REQUIRE(rt_graph_add_param(g, "fc/b", 1, b4, RT_INIT_ZEROS, 1, NULL) == 0);
+    const rt_attr relu = {.name = "activation", .kind = RT_ATTR_STR, .s = "relu"};
+    const char *fl[1] = {"x"}, *d0[3] = {"fl", "d0/w", "d0/b"}, *d1[3] = {"d0", "d1/w", "d1/b"};
+    const char *fc[3] = {"d1", "fc/w", "fc/b"}, *sm[1] = {"fc"};
+    REQUIRE(rt_graph_add_node(g, "fl", "Flatten", 1, fl, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "d0", "Dense", 3, d0, 1, &relu) == 0);
+    REQUIRE(rt_graph_add_node(g, "d1", "Dense", 3, d1, 1, &relu) == 0);
+    REQUIRE(rt_graph_add_node(g, "fc", "Dense", 3, fc, 0, NULL) == 0);
+    REQUIRE(rt_graph_add_node(g, "sm", "Softmax", 1, sm, 0, NULL) == 0);
+    return g;
+}
+
+/* bn_plan builds bncnn (0), joincnn (1), bincnn (2) or mlpnet (3) */
 static int store_join;
 
 /* bncnn's (or joincnn's) plan on backend be in precision prec (store:
@@ -1046,7 +1073,10 @@ static rt_plan *bn_plan(const char *be, int prec, int store)
 {
     REQUIRE(rt_backend_select(be) == 0);
     rt_kern_bf16_act_store = rt_ref_bf16_act_store = store;
-    rt_graph *g = store_join == 2 ? bincnn() : store_join ? joincnn() : bncnn();
+    rt_graph *g = store_join == 3   ? mlpnet()
+                  : store_join == 2 ? bincnn()
+                  : store_join      ? joincnn()
+                                    : bncnn();
     rt_train_config cfg;
     cnn_config(&cfg, RT_OPT_SGD, 0.05f, 5, prec);
     cfg.shuffle = 0;
@@ -1227,6 +1257,36 @@ static void test_store_join(void)
     store_join = 0;
 }
 
+/* An MLP (mlpnet): its bf16 arena below that of float32 storage (the
+ * activations between the Dense layers stored bf16), every layer bf16,
+ * and the gradients against
+ * ref's emulation and float32 (d0's through d1's and fc's dx, from the
+ * weights their backwards round again). */
+static void test_store_mlp(void)
+{
+    store_join = 3;
+    rt_plan *on = bn_plan("cpu", RT_PREC_BF16, 1), *off = bn_plan("cpu", RT_PREC_BF16, 0);
+    rt_plan *f32 = bn_plan("cpu", RT_PREC_F32, 1);
+    const uint64_t a_on = rt_plan_report(on)->arena_bytes, a_off = rt_plan_report(off)->arena_bytes;
+    const uint64_t a32 = rt_plan_report(f32)->arena_bytes;
+    /* above float32's at these sizes: the calls' scratch holds oneDNN's
+     * scratchpad and the weights' bf16 copy (a float32 Dense uses the
+     * backend's shared GEMM scratch, outside the arena) */
+    printf("mlp: arena %llu bytes with bf16 storage, %llu without, float32 %llu\n",
+           (unsigned long long)a_on, (unsigned long long)a_off, (unsigned long long)a32);
+    CHECK(a_on < a_off);
+    char op[48];
+    static const char *const bf16_nodes[] = {"d0", "d1", "fc"};
+    for (size_t i = 0; i < sizeof bf16_nodes / sizeof bf16_nodes[0]; i++)
+        CHECKF(prec_of(on, bf16_nodes[i], op, sizeof op) == RT_PREC_BF16, "%s", bf16_nodes[i]);
+    CHECK(prec_of(on, "sm", op, sizeof op) == RT_PREC_F32);
+    rt_plan_release(on);
+    rt_plan_release(off);
+    rt_plan_release(f32);
+    store_grads();
+    store_join = 0;
+}
+
 /* The binaries (broadcasting and not), Reshape, Flatten, Dropout and a
  * fused Conv2D + MaxPool2D on bf16 values (bincnn): which nodes store bf16, the
  * arena, the gradients against ref's emulation and float32, and six SGD
@@ -1338,6 +1398,7 @@ int main(int argc, char **argv)
     test_store();
     test_store_join();
     test_store_bin();
+    test_store_mlp();
     test_stem();
     test_fewk();
     /* the fused first layer on oneDNN's bf16 primitives against ref, as

@@ -6,8 +6,10 @@
  * What is bf16: the inputs of the products. The forward call rounds x
  * (unless compile stored it bf16: node->bf16_in, rt_kern_bf16act.c) and
  * the weights to bf16 into the node's workspace (the weights once per
- * step: the backward call multiplies by the same copy), the backward call
- * rounds the output gradient. dx, dW and db are float32, so the optimizer
+ * step: the backward call multiplies by the same copy; a Dense, MatMul or
+ * 1x1 Conv2D whose backward computes no dx rounds them into its forward
+ * call's scratch, which no later call keeps), the backward call rounds
+ * the output gradient. dx, dW and db are float32, so the optimizer
  * sees the float32 values Keras' mixed_bfloat16 would cast back up; y is
  * float32, or bf16 where compile stores it so (node->bf16_out: every
  * reader reads bf16, as BatchNorm and Relu do), then the primitive itself
@@ -324,6 +326,25 @@ static void *rt__bmm_build(const void *kp)
 
 static rt_kern_dnnl_cache rt__bmm_tab = RT_KERN_DNNL_CACHE_INIT;
 
+/* where a bf16 product's forward puts its W copy in its scratch (where
+ * the workspace does not keep it): past dz in bf16, db's partial sums and
+ * the scratchpad */
+static int64_t rt__bmm_wb_off(const rt__bmm *d)
+{
+    return rt__hf(d->key.M * d->key.N) + rt__bdz_part(d->key.N) + d->sp_floats;
+}
+
+/* whether the workspace keeps W's bf16 copy for the backward's dx */
+static int rt__bmm_wkeep(const rt__node *nd) { return (nd->bwd_dx & 1u) != 0; }
+
+/* W's bf16 copy: in the workspace after x's, or in the forward's scratch */
+static uint16_t *rt__bmm_wb(const rt__kargs *a, const rt__bmm *d)
+{
+    if (rt__bmm_wkeep(a->nd))
+        return (uint16_t *)(a->ws + rt__bx_floats(a->nd, d->key.M * d->key.K));
+    return (uint16_t *)(a->scratch + rt__bmm_wb_off(d));
+}
+
 /* a bf16 product x (rows of K) * W (K x N, row-major) + bias, activation
  * act: Dense, MatMul and the 1x1 Conv2D that is one (rt__bconv_mm) */
 static int rt__bmm_prepare(rt__node *nd, int64_t B, rt__arena *A, int64_t K, int64_t N, int act)
@@ -336,10 +357,15 @@ static int rt__bmm_prepare(rt__node *nd, int64_t B, rt__arena *A, int64_t K, int
     if (!d || !d->ok)
         return rt__bf32(nd, B, A);
     nd->kdata = (void *)d;
-    /* workspace: x and W in bf16, from the forward call to the backward */
-    nd->ws_floats = rt__bx_floats(nd, k.M * k.K) + rt__hf(k.K * k.N);
-    /* scratch: dz in bf16, db's partial sums, the scratchpad */
-    nd->scratch_floats = rt__hf(k.M * k.N) + rt__bdz_part(k.N) + d->sp_floats;
+    /* workspace, from the forward call to the backward: x in bf16 (where
+     * it is stored float32; dW multiplies dz by it), W in bf16 where the
+     * backward computes dx from it. A node whose backward computes no dx
+     * (a first layer) rounds W into the forward's scratch instead, which
+     * the arena frees after the call (W-C's first Dense: 0.77 MiB). */
+    const int64_t wf = rt__hf(k.K * k.N);
+    nd->ws_floats = rt__bx_floats(nd, k.M * k.K) + (rt__bmm_wkeep(nd) ? wf : 0);
+    /* scratch: dz in bf16, db's partial sums, the scratchpad (and W) */
+    nd->scratch_floats = rt__bmm_wb_off(d) + (rt__bmm_wkeep(nd) ? 0 : wf);
     return 0;
 }
 
@@ -356,7 +382,7 @@ static void rt__bdense_fwd(const rt__kargs *a)
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
     uint16_t *xb = rt__bx(a, 1, M * K, MB * K);
-    uint16_t *wb = (uint16_t *)(a->ws + rt__bx_floats(nd, MB * K));
+    uint16_t *wb = rt__bmm_wb(a, d);
     float *sp = a->scratch + rt__hf(MB * N) + rt__bdz_part(N); /* as the backward's */
     rt_kern_to_bf16(wb, a->x[1], K * N);
     rt_kern_dnnl_args g = {0};
@@ -375,7 +401,6 @@ static void rt__bdense_bwd(const rt__kargs *a)
     const int64_t M = rt__rows(nd->in_shape[0], a->r->n), MB = d->key.M;
     const int64_t K = d->key.K, N = d->key.N;
     const uint16_t *xb = rt__bx(a, 0, M * K, MB * K);
-    const uint16_t *wb = (uint16_t *)(a->ws + rt__bx_floats(nd, MB * K));
     uint16_t *dzb = (uint16_t *)a->scratch;
     float *part = a->scratch + rt__hf(MB * N), *sp = part + rt__bdz_part(N);
     rt__bdz((int)d->key.act, dzb, NULL, d->key.bias ? a->dx[2] : NULL, (a->accum & 4u) != 0, a->dy,
@@ -390,6 +415,8 @@ static void rt__bdense_bwd(const rt__kargs *a)
     }
     if (a->dx[0]) {
         const int add = (a->accum & 1u) != 0;
+        RT_ASSERT(rt__bmm_wkeep(nd)); /* the forward's copy */
+        const uint16_t *wb = rt__bmm_wb(a, d);
         rt_kern_dnnl_args g = {0};
         rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &d->dzb, dzb);
         rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &d->wbT, wb);

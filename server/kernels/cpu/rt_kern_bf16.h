@@ -4,9 +4,10 @@
  * and convolution primitives with float32 accumulation (rt_kern_bf16.c).
  * Weights stay float32 in the parameter block; each call rounds them to
  * bf16 (round to nearest even) into the node's workspace once per step in
- * the forward call, which the backward call reuses. An input stored bf16
- * in the arena (rt_kern_bf16act.c) is read as it is; a float32 one is
- * rounded into the workspace too. An output stored bf16 is written so by
+ * the forward call, which the backward call reuses (a Dense or MatMul
+ * whose backward computes no dx: into the forward's scratch only). An
+ * input stored bf16 in the arena (rt_kern_bf16act.c) is read as it is; a
+ * float32 one is rounded into the workspace too. An output stored bf16 is written so by
  * the primitive itself (dst bf16, from the float32 accumulator).
  */
 #ifndef RTRAIN_KERN_BF16_H
