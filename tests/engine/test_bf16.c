@@ -333,6 +333,9 @@ static void test_conv(int ks, int cc)
  * into c1's gradient */
 static int cnn_pw, cnn_dw, cnn_bn, cnn_bin;
 static int64_t cnn_oc1 = 16; /* c1's output channels (pool_first) */
+/* c2's kernel, 3x3 unless set: wider than its 4x4 input (pool_first),
+ * its outer taps read only padding */
+static int64_t cnn_k2h = 3, cnn_k2w = 3;
 
 static rt_graph *bncnn(void);
 static rt_graph *bincnn(void);
@@ -346,7 +349,7 @@ static rt_graph *cnn(int pool_first)
     rt_graph *g = rt_graph_create();
     const int64_t c1n = pool_first ? cnn_oc1 : 16;
     const int64_t in[4] = {RT_BATCH, 8, 8, 2}, k1[4] = {3, 3, 2, c1n}, b1[1] = {c1n};
-    const int64_t k2[4] = {3, 3, c1n, 16}, w3[2] = {16 * 4 * 4, 4}, b3[1] = {4};
+    const int64_t k2[4] = {cnn_k2h, cnn_k2w, c1n, 16}, w3[2] = {16 * 4 * 4, 4}, b3[1] = {4};
     REQUIRE(rt_graph_add_input(g, "x", RT_F32, 4, in) == 0);
     param(g, "c1/k", 4, k1);
     REQUIRE(rt_graph_add_param(g, "c1/b", 1, b1, RT_INIT_ZEROS, 1, NULL) == 0);
@@ -1393,6 +1396,19 @@ int main(int argc, char **argv)
     rt_kern_bf16_col_oc = 4;
     rt_kern_bf16_col_rows = 48;
     test_ref(40, 3 * 1024, 1);
+    /* the same with c2's window wider than its 4x4 input: the im2col
+     * leaves out the taps that only ever read padding (1x9: 7 columns of
+     * one row kept; 9x1: 7 whole rows; 9x9: 7 rows of all 9 columns, as
+     * the kept taps must be one run of dW's rows), their dW rows zeros */
+    const int64_t k2s[3][2] = {{1, 9}, {9, 1}, {9, 9}};
+    cnn_oc1 = 8; /* 9x9x8x16 weights */
+    for (int i = 0; i < 3; i++) {
+        cnn_k2h = k2s[i][0], cnn_k2w = k2s[i][1];
+        printf("c2 %dx%d on 4x4 images\n", (int)cnn_k2h, (int)cnn_k2w);
+        test_ref(40, 3 * 1024, 1);
+    }
+    cnn_k2h = cnn_k2w = 3;
+    cnn_oc1 = 16;
     rt_kern_bf16_col_oc = col_oc0;
     rt_kern_bf16_col_rows = col_rows0;
     test_store();

@@ -680,6 +680,9 @@ typedef struct {
      * (cm_rem, or NULL) with dz, straight into dW's Keras layout */
     const rt__bmm *cm, *cm_rem;
     int64_t cm_cs, col_floats;
+    /* the kernel taps the im2col holds (rt__bcv_taps): rows kh0..kh1-1,
+     * columns kw0..kw1-1 of the window */
+    int64_t kh0, kh1, kw0, kw1;
 } rt__bcv;
 
 /* Output images of 2x2 to 7x7: oneDNN 2.6's bf16 forward on NHWC
@@ -735,10 +738,47 @@ static int64_t rt__bcv_cols_cs(const rt__bcv_key *k)
     return cs > k->n ? k->n : cs < 1 ? 1 : cs;
 }
 
+/* the taps [t0, t1) of a kernel of kn taps, stride s, dilation dl and
+ * leading padding p over an input of n with on outputs that read the
+ * input for some output: the others only ever meet padding */
+static void rt__taps_1d(int64_t kn, int64_t s, int64_t dl, int64_t p, int64_t n, int64_t on,
+                        int64_t *t0, int64_t *t1)
+{
+    *t0 = kn, *t1 = 0;
+    for (int64_t t = 0; t < kn; t++)
+        for (int64_t o = 0; o < on; o++) {
+            const int64_t i = o * s - p + t * dl;
+            if (i >= 0 && i < n) {
+                *t0 = t < *t0 ? t : *t0;
+                *t1 = t + 1;
+                break;
+            }
+        }
+    if (*t1 <= *t0)
+        *t0 = 0, *t1 = kn;
+}
+
+/* The im2col backward-weights' taps: a window row or column that lies in
+ * the padding at every output position contributes nothing to any
+ * product (its columns would be all zeros), so the im2col leaves it out
+ * and its dW rows are zeros. Small images with 'same' padding have such
+ * taps: a 1x7 kernel on a 3x3 image reads 5 of its 7 columns, a 3x3 or
+ * 1x3 kernel on a 1x1 image its centre alone (Inception's 3x3 and 1x1
+ * blocks at 75x75). The kept taps are one run of dW's rows (a single
+ * window row, or whole rows), else all are kept. */
+static void rt__bcv_taps(rt__bcv *d, const rt__bcv_key *k)
+{
+    rt__taps_1d(k->KH, k->SH, k->DH, k->PT, k->H, k->OH, &d->kh0, &d->kh1);
+    rt__taps_1d(k->KW, k->SW, k->DW, k->PL, k->W, k->OW, &d->kw0, &d->kw1);
+    if (d->kh1 - d->kh0 > 1 && d->kw1 - d->kw0 < k->KW)
+        d->kw0 = 0, d->kw1 = k->KW;
+}
+
 /* the im2col products of k, chunks of cs samples, into d */
 static void rt__bcv_colmm(rt__bcv *d, const rt__bcv_key *k, int64_t cs)
 {
-    const int64_t rows = k->OH * k->OW, K = k->KH * k->KW * k->C;
+    rt__bcv_taps(d, k);
+    const int64_t rows = k->OH * k->OW, K = (d->kh1 - d->kh0) * (d->kw1 - d->kw0) * k->C;
     rt__bmm_key mk = {cs * rows, K, k->OC, 0, RT__ACT_NONE, 0};
     const rt__bmm *m = rt_kern_dnnl_cache_get(&rt__bmm_tab, &mk, sizeof mk, rt__bmm_build);
     const rt__bmm *r = NULL;
@@ -754,20 +794,21 @@ static void rt__bcv_colmm(rt__bcv *d, const rt__bcv_key *k, int64_t cs)
     d->col_floats = rt__hf(cs * rows * K);
 }
 
-/* rows of samples s0 .. s0+ns of x (bf16 NHWC) as k's im2col: a row per
- * output pixel, (kh, kw, c) its columns (Keras' kernel order), zeros
- * where the window is in the padding */
-static void rt__bim2col(uint16_t *col, const uint16_t *x, const rt__bcv_key *k, int64_t s0,
-                        int64_t ns)
+/* rows of samples s0 .. s0+ns of x (bf16 NHWC) as d's im2col: a row per
+ * output pixel, (kh, kw, c) its columns (Keras' kernel order) over d's
+ * taps, zeros where the window is in the padding */
+static void rt__bim2col(uint16_t *col, const uint16_t *x, const rt__bcv *d, int64_t s0, int64_t ns)
 {
-    const int64_t rows = k->OH * k->OW, K = k->KH * k->KW * k->C, C = k->C;
+    const rt__bcv_key *k = &d->key;
+    const int64_t rows = k->OH * k->OW, C = k->C;
+    const int64_t K = (d->kh1 - d->kh0) * (d->kw1 - d->kw0) * C;
 #pragma omp parallel for schedule(static) if (ns * rows * K >= RT__BF_PAR)
     for (int64_t r = 0; r < ns * rows; r++) {
         const int64_t b = s0 + r / rows, oh = r % rows / k->OW, ow = r % k->OW;
         uint16_t *dst = col + r * K;
-        for (int64_t kh = 0; kh < k->KH; kh++) {
+        for (int64_t kh = d->kh0; kh < d->kh1; kh++) {
             const int64_t ih = oh * k->SH - k->PT + kh * k->DH;
-            for (int64_t kw = 0; kw < k->KW; kw++, dst += C) {
+            for (int64_t kw = d->kw0; kw < d->kw1; kw++, dst += C) {
                 const int64_t iw = ow * k->SW - k->PL + kw * k->DW;
                 if (ih < 0 || ih >= k->H || iw < 0 || iw >= k->W)
                     memset(dst, 0, sizeof(uint16_t) * (size_t)C);
@@ -1043,15 +1084,23 @@ static void rt__bconv_grads(const rt__kargs *a, const rt__bcv *d, const uint16_t
     if (dw && d->cm) {
         /* chunks up to the batch's last sample: dz's rows past it are zero */
         const int64_t rows = k->OH * k->OW, cs = d->cm_cs;
+        /* the kept taps' run of dW rows; the others' rows stay 0 */
+        const int64_t r0 = (d->kh0 * k->KW + d->kw0) * k->C * k->OC;
+        const int64_t rn = (d->kh1 - d->kh0) * (d->kw1 - d->kw0) * k->C * k->OC;
+        const int64_t all = k->KH * k->KW * k->C * k->OC;
+        if (!(a->accum & 2u) && rn < all) {
+            memset(dw, 0, sizeof(float) * (size_t)r0);
+            memset(dw + r0 + rn, 0, sizeof(float) * (size_t)(all - r0 - rn));
+        }
         for (int64_t s0 = 0; s0 < n; s0 += cs) {
             const int64_t ns = k->n - s0 < cs ? k->n - s0 : cs;
             const rt__bmm *m = ns == cs ? d->cm : d->cm_rem;
             const int add = s0 > 0 || (a->accum & 2u);
-            rt__bim2col(p->col, xb, k, s0, ns);
+            rt__bim2col(p->col, xb, d, s0, ns);
             rt_kern_dnnl_args g = {0};
             rt_kern_dnnl_arg(&g, DNNL_ARG_SRC, &m->xbT, p->col);
             rt_kern_dnnl_arg(&g, DNNL_ARG_WEIGHTS, &m->dzb, p->dzb + s0 * rows * k->OC);
-            rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &m->dw, dw);
+            rt_kern_dnnl_arg(&g, DNNL_ARG_DST, &m->dw, dw + r0);
             rt_kern_dnnl_exec(add ? m->dw_add : m->dw_set, &g, &m->sp[add ? 2 : 1], p->sp, 0);
         }
     } else if (dw) {

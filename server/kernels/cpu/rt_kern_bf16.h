@@ -67,7 +67,9 @@ extern int rt_kern_bf16_pool_chunk;
  * pixels (64; at two threads as at one, larger images ran slower this
  * way: bench/bf16/README.md, stop 14), at least
  * rt_kern_bf16_col_oc output channels and 4x that many products a sum
- * runs its backward-weights as bf16 matmuls of the input's im2col with dz,
+ * runs its backward-weights as bf16 matmuls of the input's im2col with dz
+ * (without the window rows or columns that only ever read padding: a 1x7
+ * kernel on a 3x3 image keeps 5 columns, a 3x3 on a 1x1 its centre),
  * on chunks of at least rt_kern_bf16_col_rows output pixels (256 and
  * 1024: where it ran faster than oneDNN's bf16 backward-weights). Read at
  * compile (the primitive table's key holds the chunk, 0 for none); the
