@@ -147,8 +147,8 @@ static inline void bp_conv_dirs(bp_run *b, int nv, int reps, double ms[][3], dou
 }
 
 /* The op type a call runs, for bp_op_profile: the op's name, a fused
- * reader's after a '+', and a Conv2D's kind (depthwise: one input
- * channel a group; grouped: more). */
+ * reader's after a '+', a folded Pad's before one, and a Conv2D's kind
+ * (depthwise: one input channel a group; grouped: more). */
 static inline void bp_op_label(const rt__node *nd, char *out, size_t cap)
 {
     const char *kind = "";
@@ -156,7 +156,8 @@ static inline void bp_op_label(const rt__node *nd, char *out, size_t cap)
         const rt__conv_params *cv = rt__conv_cp(nd);
         if (cv->G > 1) kind = cv->G == cv->C ? " depthwise" : " grouped";
     }
-    snprintf(out, cap, "%s%s%s%s", nd->op->name, nd->fused ? " + " : "",
+    const int folded = nd->pad_fold[0] || nd->pad_fold[1] || nd->pad_fold[2] || nd->pad_fold[3];
+    snprintf(out, cap, "%s%s%s%s%s", folded ? "Pad + " : "", nd->op->name, nd->fused ? " + " : "",
              nd->fused ? nd->fused->name : "", kind);
 }
 

@@ -7,7 +7,8 @@
  *                   inputs, topological order (cycles)
  *   infer_shapes    per-op shape inference and typed parameters, overflow
  *                   checks; the output and the nodes it needs
- *   fuse            the backend's fusion rules (Dense+activation,
+ *   fuse            a zero Pad into the Conv2D reading it (padding),
+ *                   then the backend's fusion rules (Dense+activation,
  *                   Conv2D+MaxPool2D, Softmax+crossentropy); the loss
  *   backward        which values need gradients; forward calls in
  *                   topological order, backward calls in reverse, each
@@ -1289,6 +1290,90 @@ static int rt__check_loss_fit(rt__cc *cc)
     return 0;
 }
 
+/* rt_compile_pad_fold 0 keeps every Pad a node of its own (the tests'
+ * and bench_bf16's unfolded reference); 1 (default) folds as below */
+int rt_compile_pad_fold = 1;
+
+/* is entry e an output (the output, a head) or a loss mask? */
+static int rt__is_output(const rt__cc *cc, int e)
+{
+    if (e == cc->out)
+        return 1;
+    for (int k = 0; k < cc->g->n_heads && k < RT_MAX_HEADS; k++)
+        if (rt__names_get(&cc->names, cc->g->heads[k]) == e)
+            return 1;
+    for (int k = 0; k < RT_MAX_HEADS; k++)
+        if (cc->mask_e[k] == e)
+            return 1;
+    return 0;
+}
+
+/* Pad folding (the fuse pass's first step): a needed Pad (constant 0,
+ * pads >= 0 on the height and width of an NHWC value only) whose output
+ * is read by one Conv2D (dense, grouped or depthwise) as its data input,
+ * and nothing else, goes into that convolution's padding: the Conv2D
+ * reads the Pad's input, its PT/PL grow by the Pad's top/left and its
+ * H/W shrink to the unpadded input's, OH/OW unchanged (so the padding
+ * after, (OH-1)*SH + (KH-1)*DH + 1 - H - PT, grows by the Pad's
+ * bottom/right, less the rows a stride leaves unread). The same zeros
+ * enter every window, so the forward and the weight gradient are the
+ * same numbers, and the backward-data's cells that would land in the
+ * padding are the ones the Pad's backward dropped. Refused (the Pad
+ * stays a node) where the folded padding on a side would reach the
+ * dilated window's extent: every kernel then still has each window
+ * overlapping the input. The Conv2D keeps the folded pads for the report
+ * (rt__node.pad_fold). */
+static void rt__fold_pads(rt__cc *cc)
+{
+    rt_plan *p = cc->p;
+    rt__ent *E = cc->E;
+    if (!rt_compile_pad_fold)
+        return;
+    for (int i = 0; i < p->n_nodes; i++) {
+        rt__node *cv = &p->nodes[i];
+        if (!E[cv->id].needed || cv->op != &rt__op_conv2d)
+            continue;
+        const int src = cv->in[0];
+        if (E[src].node < 0 || E[src].consumers != 1 || rt__is_output(cc, src))
+            continue;
+        const rt__node *pd = &p->nodes[E[src].node];
+        if (pd->op != &rt__op_pad)
+            continue;
+        const rt__map_params *mp = rt__map_cp(pd);
+        const rt__shape *x = pd->in_shape[0];
+        if (mp->value != 0.0f || x->ndim != 3 || !x->batched)
+            continue;
+        int ok = 1;
+        int64_t pads[8];
+        if (rt__attr_ints(cc, pd, "pads", pads, 8, &ok) != 8 || !ok)
+            continue;
+        /* (batch, H, W, C) begins, then ends; the batch's are 0 (infer) */
+        const int64_t t = pads[1], l = pads[2], b = pads[5], r = pads[6];
+        if (pads[3] || pads[7] || t < 0 || l < 0 || b < 0 || r < 0)
+            continue;
+        rt__conv_params *c = rt__conv_p(cv);
+        const int64_t kh = (c->KH - 1) * c->DH + 1, kw = (c->KW - 1) * c->DW + 1;
+        const int64_t H = x->d[0], W = x->d[1], PT = c->PT + t, PL = c->PL + l;
+        const int64_t PB = (c->OH - 1) * c->SH + kh - H - PT;
+        const int64_t PR = (c->OW - 1) * c->SW + kw - W - PL;
+        if (PT >= kh || PL >= kw || PB >= kh || PR >= kw)
+            continue;
+        c->H = H;
+        c->W = W;
+        c->PT = PT;
+        c->PL = PL;
+        cv->pad_fold[0] += t;
+        cv->pad_fold[1] += l;
+        cv->pad_fold[2] += b;
+        cv->pad_fold[3] += r;
+        cv->in[0] = pd->in[0];
+        cv->in_name[0] = pd->in_name[0];
+        cv->in_shape[0] = pd->in_shape[0];
+        E[src].needed = 0;
+        E[src].consumers = 0;
+    }
+}
+
 /* fuse: each needed node whose only input value comes from a node with no
  * other reader (and that is not the output) is offered to the backend as
  * the pair (producer op, reader op); when the backend has a kernel for the
@@ -1308,6 +1393,7 @@ static int rt__pass_fuse(rt__cc *cc)
     int rc0 = rt__check_loss_fit(cc);
     if (rc0 < 0)
         return rc0;
+    rt__fold_pads(cc);
     for (int i = 0; i < p->n_nodes; i++) {
         rt__node *nd = &p->nodes[i];
         if (!E[nd->id].needed || nd->n_in != 1)

@@ -578,7 +578,8 @@ int rt_plan_head_shape(const rt_plan *p, int k, int64_t dims[RT_MAX_DIMS], int64
 const char *rt_plan_head_name(const rt_plan *p, int k);
 int rt_plan_n_params(const rt_plan *p);
 /* The plan's nodes (after fusion, topological order): node i's name, op
- * (a fused reader's as "Conv2D+MaxPool2D" into buf) and the precision its
+ * (a fused reader's as "Conv2D+MaxPool2D", a Conv2D that took a zero Pad
+ * into its padding as "Pad+Conv2D", into buf) and the precision its
  * kernel computes in (RT_PREC_F32 or RT_PREC_BF16). Returns 0 or RT_EINVAL. */
 int rt_plan_n_nodes(const rt_plan *p);
 int rt_plan_node_info(const rt_plan *p, int i, const char **name, char *op, size_t oplen,

@@ -428,6 +428,9 @@ struct rt__node {
     const rt__op_def *fused;
     const rt__op_params *fused_p; /* in the plan's arena */
     int bwd_needs_out;            /* op's flag, or a fused reader's */
+    /* A Conv2D that took a zero Pad into its padding (the fuse pass's
+     * rt__fold_pads): the Pad's top, left, bottom, right; all 0 if none */
+    int64_t pad_fold[4];
     /* chosen by the backend (choose-kernels pass) */
     const rt__kernel *kern;
     void *kdata;            /* the kernel's per-node data (plan arena) */

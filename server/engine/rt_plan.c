@@ -86,8 +86,10 @@ int rt_plan_node_info(const rt_plan *p, int i, const char **name, char *op, size
     const rt__node *nd = &p->nodes[i];
     if (name)
         *name = nd->name;
+    /* a folded Pad leads, as the op it was: "Pad+Conv2D" */
+    const int folded = nd->pad_fold[0] || nd->pad_fold[1] || nd->pad_fold[2] || nd->pad_fold[3];
     if (op && oplen)
-        snprintf(op, oplen, "%s%s%s", nd->op->name, nd->fused ? "+" : "",
+        snprintf(op, oplen, "%s%s%s%s", folded ? "Pad+" : "", nd->op->name, nd->fused ? "+" : "",
                  nd->fused ? nd->fused->name : "");
     if (prec)
         *prec = nd->prec == RT_PREC_BF16 ? RT_PREC_BF16 : RT_PREC_F32;

@@ -68,6 +68,28 @@ static void conv_case(const char *name, int64_t H, int64_t W, int64_t C, int64_t
     run_check(name, "y");
 }
 
+/* Pad(t, l, b, r on height and width, zeros) -> Conv2D: the fuse pass
+ * folds the Pad into the convolution's padding (rt__fold_pads), so the
+ * gradient of P is the folded convolution's backward-data on the unpadded
+ * input, and K's its backward-weights over the folded padding */
+static void pad_conv_case(const char *name, int64_t H, int64_t W, int64_t C, const int64_t pd[4],
+                          int64_t KH, int64_t KW, int64_t OC, int64_t G, int64_t s1, int64_t d1,
+                          const char *pad)
+{
+    start(H, W, C);
+    param4("K", KH, KW, C / G, OC);
+    param1("b", OC, RT_INIT_ZEROS, 1);
+    int64_t pads[8] = {0, pd[0], pd[1], 0, 0, pd[2], pd[3], 0};
+    const rt_attr pa = {.name = "pads", .kind = RT_ATTR_INTS, .n = 8, .ints = pads};
+    node1("pd", "Pad", "h", 1, &pa);
+    int64_t s[2] = {s1, s1}, dl[2] = {d1, d1};
+    rt_attr at[5] = {ints("strides", s), ints("dilations", dl), str("padding", pad),
+                     str("activation", "tanh"), {.name = "group", .kind = RT_ATTR_INT, .i = G}};
+    const char *in[] = {"pd", "K", "b"};
+    node("y", "Conv2D", 3, in, 5, at);
+    run_check(name, "y");
+}
+
 static void pool_case(const char *name, const char *op, int64_t H, int64_t W, int64_t C,
                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, const char *pad)
 {
@@ -113,6 +135,21 @@ int main(void)
     conv_case("Conv2D 2x3 valid s(1,2) d(2,2)", 7, 8, 2, 2, 3, 2, 1, 2, 2, 2, "valid", 1, NULL);
     conv_case("Conv2D 4x4 same s1 (asym pad)", 5, 5, 2, 4, 4, 2, 1, 1, 1, 1, "same", 0, "sigmoid");
     conv_case("Conv2D 3x3 same s3 d2", 8, 7, 2, 3, 3, 2, 3, 3, 2, 2, "same", 1, NULL);
+    /* ---- Pad folded into the Conv2D after it (asymmetric padding) */
+    {
+        const int64_t mbn[4] = {0, 0, 1, 1}, stem[4] = {3, 3, 3, 3}, asym[4] = {1, 0, 0, 1};
+        const int64_t dil[4] = {2, 1, 2, 2};
+        /* MobileNet v1's ZeroPadding2D(((0,1),(0,1))) + stride-2 depthwise */
+        pad_conv_case("Pad(0,0,1,1) + depthwise 3x3 s2 valid", 6, 6, 3, mbn, 3, 3, 3, 3, 2, 1,
+                      "valid");
+        /* ResNet's stem: ZeroPadding2D(3) + 7x7 stride 2 'valid' */
+        pad_conv_case("Pad(3) + Conv2D 7x7 s2 valid", 9, 9, 2, stem, 7, 7, 3, 1, 2, 1, "valid");
+        /* a 'same' convolution's own (asymmetric) padding plus the Pad's */
+        pad_conv_case("Pad(1,0,0,1) + grouped 3x3 s2 same", 7, 7, 4, asym, 3, 3, 4, 2, 2, 1,
+                      "same");
+        pad_conv_case("Pad(2,1,2,2) + Conv2D 3x3 d2 valid", 7, 6, 2, dil, 3, 3, 3, 1, 1, 2,
+                      "valid");
+    }
     /* OC a multiple of 16 and K <= 64: the register-blocked microkernel,
      * with row counts that leave a partial block */
     conv_case("Conv2D 3x3 OC=32 (microkernel)", 5, 5, 2, 3, 3, 32, 1, 1, 1, 1, "same", 1, NULL);
